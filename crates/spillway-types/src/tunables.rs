@@ -1,0 +1,123 @@
+//! Every tunable of the data plane, in one place, with its default and the reason for it.
+//! Servers and clients read an optional TOML/JSON-free `key = value` file into this
+//! struct (see `Tunables::apply_file`); nothing is read from environment variables.
+
+use std::time::Duration;
+
+/// Largest stripe a file may use (and so the largest single data RPC payload).
+pub const MAX_STRIPE_SIZE: u32 = 64 << 20;
+/// Default stripe size for new files (DataWarp's and GekkoFS's choice of scale).
+pub const DEFAULT_STRIPE_SIZE: u32 = 8 << 20;
+/// Largest frame the wire accepts: one full stripe of data plus headers.
+pub const MAX_FRAME_LEN: u32 = MAX_STRIPE_SIZE + (1 << 20);
+/// Longest file name component (as Linux).
+pub const MAX_NAME_LEN: usize = 255;
+/// Longest symlink target and xattr value.
+pub const MAX_SYMLINK_LEN: usize = 4096;
+pub const MAX_XATTR_VALUE_LEN: usize = 65536;
+pub const MAX_XATTR_NAME_LEN: usize = 255;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tunables {
+    /// Deadline carried by every RPC. A call not answered by then fails with ETIMEDOUT.
+    pub rpc_deadline: Duration,
+    /// How long a client keeps retrying to reach a server that refuses connections (a
+    /// restarting server) before failing the call with EIO.
+    pub reconnect_window: Duration,
+    /// Server threads executing requests (I/O and SQLite both block).
+    pub server_workers: usize,
+    /// Stripe files a server keeps open at once. The fd limit here is 20,000: never one
+    /// fd per file, an LRU of this many.
+    pub fd_cache_size: usize,
+    /// Threads reading /dev/fuse in the client.
+    pub fuse_threads: usize,
+    /// How long the kernel may cache attributes and names (close-to-open holds anyway:
+    /// every open fetches fresh attributes).
+    pub attr_ttl: Duration,
+    pub entry_ttl: Duration,
+    /// Dirty bytes the client buffers per open file before it starts writing back.
+    pub writeback_per_file: usize,
+    /// Write-back RPCs in flight per file (pipelining across servers).
+    pub writeback_inflight: usize,
+    /// Largest kernel read/write request.
+    pub max_write: u32,
+    /// Kernel readahead window.
+    pub max_readahead: u32,
+    /// Entries per readdir RPC page.
+    pub readdir_page: u32,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            rpc_deadline: Duration::from_secs(60),
+            reconnect_window: Duration::from_secs(30),
+            server_workers: 16,
+            fd_cache_size: 4096,
+            fuse_threads: 8,
+            attr_ttl: Duration::from_secs(1),
+            entry_ttl: Duration::from_secs(1),
+            writeback_per_file: 32 << 20,
+            writeback_inflight: 8,
+            max_write: 1 << 20,
+            max_readahead: 4 << 20,
+            readdir_page: 1024,
+        }
+    }
+}
+
+impl Tunables {
+    /// Apply `key = value` lines (comments with `#`). Unknown keys and bad values are
+    /// errors naming the line, so a typo never silently keeps a default.
+    pub fn apply_text(&mut self, text: &str) -> Result<(), String> {
+        for (n, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| format!("line {}: expected key = value", n + 1))?;
+            let (k, v) = (k.trim(), v.trim());
+            let num = || -> Result<u64, String> {
+                v.parse::<u64>().map_err(|_| format!("line {}: {k}: not a whole number: {v}", n + 1))
+            };
+            match k {
+                "rpc_deadline_ms" => self.rpc_deadline = Duration::from_millis(num()?),
+                "reconnect_window_ms" => self.reconnect_window = Duration::from_millis(num()?),
+                "server_workers" => self.server_workers = (num()? as usize).max(1),
+                "fd_cache_size" => self.fd_cache_size = (num()? as usize).max(16),
+                "fuse_threads" => self.fuse_threads = (num()? as usize).max(1),
+                "attr_ttl_ms" => self.attr_ttl = Duration::from_millis(num()?),
+                "entry_ttl_ms" => self.entry_ttl = Duration::from_millis(num()?),
+                "writeback_per_file" => self.writeback_per_file = num()? as usize,
+                "writeback_inflight" => self.writeback_inflight = (num()? as usize).max(1),
+                "max_write" => self.max_write = num()?.clamp(4096, 1 << 20) as u32,
+                "max_readahead" => self.max_readahead = num()?.clamp(4096, 64 << 20) as u32,
+                "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,
+                _ => return Err(format!("line {}: unknown tunable {k}", n + 1)),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn apply_file(&mut self, path: &std::path::Path) -> Result<(), String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        self.apply_text(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applies_and_rejects() {
+        let mut t = Tunables::default();
+        t.apply_text("# c\nfuse_threads = 3\nrpc_deadline_ms=500 # x\n").unwrap();
+        assert_eq!(t.fuse_threads, 3);
+        assert_eq!(t.rpc_deadline, Duration::from_millis(500));
+        assert!(t.apply_text("bogus = 1").unwrap_err().contains("unknown"));
+        assert!(t.apply_text("fuse_threads = x").unwrap_err().contains("line 1"));
+    }
+}

@@ -1,0 +1,127 @@
+//! Frames. Layout (all little-endian), documented in docs/wire-protocol.md:
+//!
+//! ```text
+//! offset size field
+//!      0    4 len        bytes that follow this field (16 + body), 16 ..= MAX_FRAME_LEN
+//!      4    1 kind       1 = request, 2 = reply
+//!      5    1 flags      0 (reserved, must be 0)
+//!      6    2 opcode     what the request asks (a reply echoes it)
+//!      8    8 id         chosen by the caller, echoed by the reply
+//!     16    4 aux        request: deadline in ms from receipt; reply: errno (0 = success)
+//!     20    - body       the message's fields (codec.rs), bulk data last
+//! ```
+
+use spillway_types::tunables::MAX_FRAME_LEN;
+use std::io::{self, Read};
+
+pub const HEADER_LEN: usize = 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameKind {
+    Request = 1,
+    Reply = 2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub kind: FrameKind,
+    pub opcode: u16,
+    pub id: u64,
+    pub aux: u32,
+}
+
+impl FrameHeader {
+    /// The 20 header bytes of a frame whose body is `body_len` bytes.
+    pub fn encode(&self, body_len: usize) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        let len = (HEADER_LEN - 4 + body_len) as u32;
+        h[0..4].copy_from_slice(&len.to_le_bytes());
+        h[4] = self.kind as u8;
+        h[5] = 0;
+        h[6..8].copy_from_slice(&self.opcode.to_le_bytes());
+        h[8..16].copy_from_slice(&self.id.to_le_bytes());
+        h[16..20].copy_from_slice(&self.aux.to_le_bytes());
+        h
+    }
+
+    /// Parse the 16 bytes after the length field.
+    pub fn decode(rest: &[u8]) -> io::Result<FrameHeader> {
+        if rest.len() < HEADER_LEN - 4 {
+            return Err(bad("frame shorter than its header"));
+        }
+        let kind = match rest[0] {
+            1 => FrameKind::Request,
+            2 => FrameKind::Reply,
+            _ => return Err(bad("unknown frame kind")),
+        };
+        if rest[1] != 0 {
+            return Err(bad("reserved frame flags set"));
+        }
+        let opcode = u16::from_le_bytes([rest[2], rest[3]]);
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&rest[4..12]);
+        let aux = u32::from_le_bytes([rest[12], rest[13], rest[14], rest[15]]);
+        Ok(FrameHeader { kind, opcode, id: u64::from_le_bytes(id), aux })
+    }
+}
+
+fn bad(msg: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.to_string())
+}
+
+/// One received frame: its header and the body bytes (owned; bulk data borrows them).
+pub struct Frame {
+    pub header: FrameHeader,
+    pub body: Vec<u8>,
+}
+
+/// Read one frame, refusing any longer than `limit` (at most MAX_FRAME_LEN) before
+/// allocating for it. `Ok(None)` is a clean end of stream between frames.
+pub fn read_frame(r: &mut impl Read, limit: u32) -> io::Result<Option<Frame>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len);
+    if len < (HEADER_LEN - 4) as u32 {
+        return Err(bad("frame length below header size"));
+    }
+    if len > limit.min(MAX_FRAME_LEN) {
+        return Err(bad("frame longer than allowed"));
+    }
+    let mut rest = vec![0u8; len as usize];
+    r.read_exact(&mut rest)?;
+    let header = FrameHeader::decode(&rest)?;
+    rest.drain(..HEADER_LEN - 4);
+    Ok(Some(Frame { header, body: rest }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips() {
+        let h = FrameHeader { kind: FrameKind::Reply, opcode: 77, id: 1 << 40, aux: 28 };
+        let bytes = h.encode(5);
+        assert_eq!(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]), 21);
+        assert_eq!(FrameHeader::decode(&bytes[4..]).unwrap(), h);
+    }
+
+    #[test]
+    fn oversized_and_garbage_frames_are_refused() {
+        let mut huge: &[u8] = &[0xff, 0xff, 0xff, 0x7f, 1, 0];
+        assert!(read_frame(&mut huge, MAX_FRAME_LEN).is_err());
+        let mut tiny: &[u8] = &[3, 0, 0, 0, 1, 0, 0];
+        assert!(read_frame(&mut tiny, MAX_FRAME_LEN).is_err());
+        let mut truncated: &[u8] = &[100, 0, 0, 0, 1, 0, 0];
+        assert!(read_frame(&mut truncated, MAX_FRAME_LEN).is_err());
+        let mut empty: &[u8] = &[];
+        assert!(read_frame(&mut empty, MAX_FRAME_LEN).unwrap().is_none());
+        let mut bad_kind = FrameHeader { kind: FrameKind::Request, opcode: 1, id: 1, aux: 0 }.encode(0);
+        bad_kind[4] = 9;
+        assert!(read_frame(&mut &bad_kind[..], MAX_FRAME_LEN).is_err());
+    }
+}

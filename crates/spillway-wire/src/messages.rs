@@ -1,0 +1,358 @@
+//! Every message of protocol version 1, with its opcode. Opcodes are stable: add new
+//! ones, never renumber. The tables in docs/wire-protocol.md list the same.
+//!
+//! Requests fall in four groups:
+//! * connection: `Hello` (must be the first frame; proves the right to an instance);
+//! * admin (role admin): fragments;
+//! * metadata (sent to the server that the placement functions name);
+//! * data (stripes, sent to the stripe's server).
+
+use crate::codec::{Dec, Wire, WireError};
+use crate::wire_struct;
+use spillway_types::{Attr, FileKind, InodeNo, Timespec};
+
+/// What a request type declares about itself.
+pub trait Call: Wire {
+    const OP: u16;
+    const NAME: &'static str;
+    /// Safe to send again if the connection broke before the reply arrived.
+    const IDEMPOTENT: bool;
+    type Reply;
+    fn decode_reply(body: Vec<u8>) -> Result<Self::Reply, WireError>;
+}
+
+/// Roles a connection may take in `Hello`.
+pub mod role {
+    /// A FUSE client (or libdatawarp through it) of one instance.
+    pub const CLIENT: u8 = 1;
+    /// Another server of the same instance (purges, truncates).
+    pub const PEER: u8 = 2;
+    /// The manager or `spillway cluster`: fragment administration.
+    pub const ADMIN: u8 = 3;
+}
+
+/// `SetAttrReq::valid` bits.
+pub mod setattr {
+    pub const MODE: u32 = 1;
+    pub const UID: u32 = 2;
+    pub const GID: u32 = 4;
+    pub const SIZE: u32 = 8;
+    pub const ATIME: u32 = 16;
+    pub const MTIME: u32 = 32;
+    pub const ATIME_NOW: u32 = 64;
+    pub const MTIME_NOW: u32 = 128;
+    pub const CTIME: u32 = 256;
+}
+
+/// `RenameReq::flags` (the Linux renameat2 values).
+pub mod rename_flags {
+    pub const NOREPLACE: u32 = 1;
+    pub const EXCHANGE: u32 = 2;
+}
+
+/// `SetXattrReq::flags` (the Linux setxattr values).
+pub mod xattr_flags {
+    pub const CREATE: u32 = 1;
+    pub const REPLACE: u32 = 2;
+}
+
+/// `RemoveEntryReq::want` values.
+pub mod want {
+    pub const ANY: u8 = 0;
+    pub const NOT_DIR: u8 = 1;
+    pub const DIR: u8 = 2;
+}
+
+impl crate::codec::ListItem for InodeNo {}
+impl crate::codec::ListItem for u64 {}
+
+wire_struct!(
+    /// Reply of no content.
+    Empty {}
+);
+
+// ---- connection -------------------------------------------------------------------
+wire_struct!(HelloReq {
+    version_min: u16,
+    version_max: u16,
+    role: u8,
+    instance: u64,
+    credential: Vec<u8>,
+    /// Free text for the server's log (hostname, pid).
+    peer_name: String,
+});
+wire_struct!(HelloReply { version: u16, server_index: u16, server_count: u16 });
+
+// ---- admin ------------------------------------------------------------------------
+wire_struct!(FragmentCreateReq {
+    instance: u64,
+    index: u16,
+    /// Data addresses of all servers of the instance, in order (this one included).
+    peers: Vec<String>,
+    capacity: u64,
+    credential: Vec<u8>,
+    stripe_size: u32,
+    /// Owner of the instance's root directory.
+    root_uid: u32,
+    root_gid: u32,
+    root_mode: u32,
+});
+wire_struct!(FragmentDestroyReq { instance: u64 });
+wire_struct!(FragmentListReq {});
+wire_struct!(FragmentInfo {
+    instance: u64,
+    index: u16,
+    count: u16,
+    capacity: u64,
+    used: u64,
+    inodes: u64,
+});
+wire_struct!(FragmentListReply { fragments: Vec<FragmentInfo> });
+
+// ---- metadata ---------------------------------------------------------------------
+wire_struct!(EntryRef { ino: InodeNo, kind: FileKind });
+wire_struct!(LookupReq { parent: InodeNo, name: Vec<u8> });
+wire_struct!(LookupReply {
+    entry: EntryRef,
+    /// The attributes, when this server is also the inode's home.
+    attr: Option<Attr>,
+});
+wire_struct!(GetAttrReq { ino: InodeNo });
+wire_struct!(AttrReply { attr: Attr });
+wire_struct!(SetAttrReq {
+    ino: InodeNo,
+    valid: u32,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+});
+wire_struct!(CreateReq {
+    parent: InodeNo,
+    name: Vec<u8>,
+    kind: FileKind,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    rdev: u32,
+    /// Symlink target (empty otherwise).
+    target: Vec<u8>,
+    stripe_size: u32,
+    stripe_width: u16,
+});
+wire_struct!(RemoveEntryReq { parent: InodeNo, name: Vec<u8>, want: u8 });
+wire_struct!(RemoveEntryReply { removed: EntryRef });
+wire_struct!(InsertEntryReq {
+    parent: InodeNo,
+    name: Vec<u8>,
+    entry: EntryRef,
+    /// Replace an existing entry (returned) instead of failing with EEXIST.
+    replace: bool,
+});
+wire_struct!(InsertEntryReply { replaced: Option<EntryRef> });
+wire_struct!(RenameReq {
+    old_parent: InodeNo,
+    old_name: Vec<u8>,
+    new_parent: InodeNo,
+    new_name: Vec<u8>,
+    flags: u32,
+});
+wire_struct!(RenameReply { moved: EntryRef, replaced: Option<EntryRef> });
+wire_struct!(LinkCountReq {
+    ino: InodeNo,
+    /// Added to nlink (negative to drop links). An inode left with no link and no open
+    /// handle is purged: its stripes deleted on every server.
+    delta: i32,
+});
+wire_struct!(TouchDirReq { ino: InodeNo, nlink_delta: i32 });
+wire_struct!(SealDirReq { ino: InodeNo });
+wire_struct!(UnsealDirReq { ino: InodeNo });
+wire_struct!(ReadDirReq { dir: InodeNo, after: Vec<u8>, max: u32 });
+wire_struct!(DirEntry { name: Vec<u8>, entry: EntryRef });
+wire_struct!(ReadDirReply { entries: Vec<DirEntry>, more: bool });
+wire_struct!(OpenReq { ino: InodeNo, flags: u32 });
+wire_struct!(ReleaseReq { ino: InodeNo });
+wire_struct!(ExtendSizeReq {
+    ino: InodeNo,
+    /// New size if larger than the stored one.
+    size: u64,
+    /// Set mtime and ctime to now (data was written).
+    touch: bool,
+});
+wire_struct!(SetXattrReq { ino: InodeNo, name: Vec<u8>, value: Vec<u8>, flags: u32 });
+wire_struct!(GetXattrReq { ino: InodeNo, name: Vec<u8> });
+wire_struct!(BytesReply { value: Vec<u8> });
+wire_struct!(ListXattrReq { ino: InodeNo });
+wire_struct!(NamesReply { names: Vec<Vec<u8>> });
+wire_struct!(RemoveXattrReq { ino: InodeNo, name: Vec<u8> });
+wire_struct!(StatFsReq {});
+wire_struct!(StatFsReply { capacity: u64, used: u64, inodes: u64 });
+wire_struct!(SyncMetaReq {});
+
+// ---- data -------------------------------------------------------------------------
+wire_struct!(
+    /// Followed by the data itself as bulk (the rest of the frame).
+    WriteReq { ino: InodeNo, stripe: u64, offset: u32 }
+);
+wire_struct!(WriteReply { written: u32 });
+wire_struct!(
+    /// Reply body is the data itself (bulk); shorter than `len` past the stripe's end.
+    ReadReq { ino: InodeNo, stripe: u64, offset: u32, len: u32 }
+);
+wire_struct!(TruncateDataReq { ino: InodeNo, size: u64, stripe_size: u32 });
+wire_struct!(SyncDataReq { ino: InodeNo });
+wire_struct!(DeleteDataReq { ino: InodeNo });
+wire_struct!(StripeInfoReq { ino: InodeNo });
+wire_struct!(StripeLen { stripe: u64, len: u64 });
+wire_struct!(StripeInfoReply { stripes: Vec<StripeLen> });
+
+macro_rules! calls {
+    ($( $op:literal $req:ident -> $reply:ty, $idem:literal; )*) => {
+        $(
+            impl Call for $req {
+                const OP: u16 = $op;
+                const NAME: &'static str = stringify!($req);
+                const IDEMPOTENT: bool = $idem;
+                type Reply = $reply;
+                fn decode_reply(body: Vec<u8>) -> Result<$reply, WireError> {
+                    <$reply as Wire>::from_bytes(&body)
+                }
+            }
+        )*
+
+        /// A decoded request, as the server dispatches it.
+        #[derive(Debug)]
+        pub enum Request {
+            $( $req($req), )*
+            Write(WriteReq, crate::conn::BulkBody),
+            Read(ReadReq),
+        }
+
+        impl Request {
+            /// Decode the body of a request frame. Takes the body by value so that bulk
+            /// data is handed on without a copy.
+            pub fn decode(opcode: u16, body: Vec<u8>) -> Result<Request, WireError> {
+                match opcode {
+                    $( $op => Ok(Request::$req(<$req as Wire>::from_bytes(&body)?)), )*
+                    OP_WRITE => {
+                        let mut d = Dec::new(&body);
+                        let req = WriteReq::dec(&mut d)?;
+                        let start = d.position();
+                        Ok(Request::Write(req, crate::conn::BulkBody { body, start }))
+                    }
+                    OP_READ => Ok(Request::Read(ReadReq::from_bytes(&body)?)),
+                    _ => Err(WireError::Invalid("unknown opcode")),
+                }
+            }
+
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $( Request::$req(_) => stringify!($req), )*
+                    Request::Write(..) => "WriteReq",
+                    Request::Read(_) => "ReadReq",
+                }
+            }
+        }
+
+        /// Opcode → request name, for docs and logs.
+        pub const OPCODES: &[(u16, &str)] = &[ $( ($op, stringify!($req)), )* (OP_WRITE, "WriteReq"), (OP_READ, "ReadReq") ];
+    };
+}
+
+pub const OP_WRITE: u16 = 60;
+pub const OP_READ: u16 = 61;
+
+calls! {
+    1 HelloReq -> HelloReply, true;
+    10 FragmentCreateReq -> Empty, true;
+    11 FragmentDestroyReq -> Empty, true;
+    12 FragmentListReq -> FragmentListReply, true;
+    20 LookupReq -> LookupReply, true;
+    21 GetAttrReq -> AttrReply, true;
+    22 SetAttrReq -> AttrReply, true;
+    23 CreateReq -> AttrReply, false;
+    24 RemoveEntryReq -> RemoveEntryReply, false;
+    25 InsertEntryReq -> InsertEntryReply, false;
+    26 RenameReq -> RenameReply, false;
+    27 LinkCountReq -> AttrReply, false;
+    28 TouchDirReq -> Empty, false;
+    29 SealDirReq -> Empty, true;
+    30 UnsealDirReq -> Empty, true;
+    31 ReadDirReq -> ReadDirReply, true;
+    32 OpenReq -> AttrReply, false;
+    33 ReleaseReq -> Empty, false;
+    34 ExtendSizeReq -> AttrReply, true;
+    35 SetXattrReq -> Empty, true;
+    36 GetXattrReq -> BytesReply, true;
+    37 ListXattrReq -> NamesReply, true;
+    38 RemoveXattrReq -> Empty, false;
+    39 StatFsReq -> StatFsReply, true;
+    40 SyncMetaReq -> Empty, true;
+    62 TruncateDataReq -> Empty, true;
+    63 SyncDataReq -> Empty, true;
+    64 DeleteDataReq -> Empty, true;
+    65 StripeInfoReq -> StripeInfoReply, true;
+}
+
+impl Call for WriteReq {
+    const OP: u16 = OP_WRITE;
+    const NAME: &'static str = "WriteReq";
+    const IDEMPOTENT: bool = true;
+    type Reply = WriteReply;
+    fn decode_reply(body: Vec<u8>) -> Result<WriteReply, WireError> {
+        WriteReply::from_bytes(&body)
+    }
+}
+
+impl Call for ReadReq {
+    const OP: u16 = OP_READ;
+    const NAME: &'static str = "ReadReq";
+    const IDEMPOTENT: bool = true;
+    /// The data, straight from the frame.
+    type Reply = Vec<u8>;
+    fn decode_reply(body: Vec<u8>) -> Result<Vec<u8>, WireError> {
+        Ok(body)
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opcodes_are_unique() {
+        let mut ops: Vec<u16> = OPCODES.iter().map(|x| x.0).collect();
+        ops.sort();
+        let n = ops.len();
+        ops.dedup();
+        assert_eq!(ops.len(), n);
+    }
+
+    #[test]
+    fn write_request_hands_bulk_on() {
+        let req = WriteReq { ino: InodeNo(3), stripe: 2, offset: 7 };
+        let mut body = req.to_bytes();
+        body.extend_from_slice(b"hello");
+        match Request::decode(OP_WRITE, body).unwrap() {
+            Request::Write(r, bulk) => {
+                assert_eq!(r, req);
+                assert_eq!(bulk.data(), b"hello");
+            }
+            other => panic!("decoded as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_opcode_and_truncation_are_errors() {
+        assert!(Request::decode(9999, vec![]).is_err());
+        let body = LookupReq { parent: InodeNo(1), name: b"abc".to_vec() }.to_bytes();
+        assert!(Request::decode(LookupReq::OP, body[..body.len() - 1].to_vec()).is_err());
+        let mut long = body.clone();
+        long.push(0);
+        assert_eq!(Request::decode(LookupReq::OP, long).unwrap_err(), WireError::Trailing);
+    }
+}

@@ -1,0 +1,232 @@
+//! The serving side: accept connections, require `Hello` first, then read frames and
+//! hand each request to a shared worker pool; replies go back on the same connection
+//! in whatever order they finish. A malformed frame closes the connection; a request
+//! the server cannot decode is answered with EPROTO.
+
+use crate::codec::Wire;
+use crate::frame::{read_frame, Frame, FrameHeader, FrameKind};
+use crate::messages::{Call, HelloReply, HelloReq, Request};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use spillway_types::tunables::MAX_FRAME_LEN;
+use spillway_types::Errno;
+use std::io::Write;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Largest frame accepted before the handshake: a stranger gets no big buffers.
+const HELLO_FRAME_LIMIT: u32 = 64 << 10;
+
+/// A reply: encoded fields, then optional bulk data.
+pub struct Reply {
+    pub body: Vec<u8>,
+    pub bulk: Vec<u8>,
+}
+
+impl Reply {
+    pub fn of<W: Wire>(w: &W) -> Reply {
+        Reply { body: w.to_bytes(), bulk: Vec::new() }
+    }
+    pub fn bulk(data: Vec<u8>) -> Reply {
+        Reply { body: Vec::new(), bulk: data }
+    }
+}
+
+/// What a server plugs into the wire layer.
+pub trait Service: Send + Sync + 'static {
+    /// Per-connection state, made by a successful hello.
+    type Session: Send + Sync + 'static;
+    fn hello(&self, req: &HelloReq, peer: SocketAddr) -> Result<(HelloReply, Self::Session), Errno>;
+    fn handle(&self, session: &Self::Session, req: Request) -> Result<Reply, Errno>;
+    /// The connection is gone and no request of it is still running.
+    fn closed(&self, session: &Self::Session);
+}
+
+struct SessionGuard<S: Service> {
+    service: Arc<S>,
+    session: S::Session,
+}
+
+impl<S: Service> Drop for SessionGuard<S> {
+    fn drop(&mut self) {
+        self.service.closed(&self.session);
+    }
+}
+
+struct Job<S: Service> {
+    guard: Arc<SessionGuard<S>>,
+    writer: Arc<Mutex<TcpStream>>,
+    frame: Frame,
+    received: Instant,
+}
+
+type JobBox = Box<dyn FnOnce() + Send>;
+
+/// A running server: stop it with `stop()`, wait for it with `join()`.
+pub struct Server {
+    stop: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    accept: Option<std::thread::JoinHandle<()>>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    pool_tx: Option<Sender<JobBox>>,
+}
+
+impl Server {
+    pub fn start<S: Service>(listener: TcpListener, service: Arc<S>, workers: usize) -> std::io::Result<Server> {
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let (pool_tx, pool_rx) = bounded::<JobBox>(workers * 8);
+        let mut handles = Vec::new();
+        for i in 0..workers.max(1) {
+            let rx: Receiver<JobBox> = pool_rx.clone();
+            handles.push(std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job();
+                }
+            })?);
+        }
+        let (s2, c2, tx2) = (stop.clone(), conns.clone(), pool_tx.clone());
+        let accept = std::thread::Builder::new().name("accept".into()).spawn(move || {
+            while !s2.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, peer)) => {
+                        let _ = stream.set_nonblocking(false);
+                        let _ = stream.set_nodelay(true);
+                        if let Ok(c) = stream.try_clone() {
+                            let mut g = c2.lock().unwrap_or_else(|e| e.into_inner());
+                            g.retain(|s: &TcpStream| s.peer_addr().is_ok());
+                            g.push(c);
+                        }
+                        let (svc, tx) = (service.clone(), tx2.clone());
+                        let _ = std::thread::Builder::new()
+                            .name(format!("conn {peer}"))
+                            .spawn(move || connection(stream, peer, svc, tx));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        })?;
+        Ok(Server { stop, conns, accept: Some(accept), workers: handles, pool_tx: Some(pool_tx) })
+    }
+
+    /// Stop accepting, close every connection, let running requests finish.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+        for c in self.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        self.pool_tx.take();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn write_reply(w: &Mutex<TcpStream>, h: FrameHeader, reply: Result<Reply, Errno>) {
+    let (h, body, bulk) = match reply {
+        Ok(r) => (FrameHeader { kind: FrameKind::Reply, aux: 0, ..h }, r.body, r.bulk),
+        Err(e) => (FrameHeader { kind: FrameKind::Reply, aux: e.0 as u32, ..h }, Vec::new(), Vec::new()),
+    };
+    let mut head = h.encode(body.len() + bulk.len()).to_vec();
+    head.extend_from_slice(&body);
+    let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
+    let ok = s.write_all(&head).is_ok() && (bulk.is_empty() || s.write_all(&bulk).is_ok());
+    if !ok {
+        let _ = s.shutdown(Shutdown::Both);
+    }
+}
+
+fn connection<S: Service>(mut stream: TcpStream, peer: SocketAddr, service: Arc<S>, pool: Sender<JobBox>) {
+    // The handshake: one small frame, a Hello request, within 10 s.
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let first = match read_frame(&mut stream, HELLO_FRAME_LIMIT) {
+        Ok(Some(f)) => f,
+        _ => return,
+    };
+    let Ok(writer) = stream.try_clone() else { return };
+    let writer = Arc::new(Mutex::new(writer));
+    if first.header.kind != FrameKind::Request || first.header.opcode != HelloReq::OP {
+        write_reply(&writer, first.header, Err(Errno::EPROTO));
+        return;
+    }
+    let hello = match HelloReq::from_bytes(&first.body) {
+        Ok(h) => h,
+        Err(_) => {
+            write_reply(&writer, first.header, Err(Errno::EPROTO));
+            return;
+        }
+    };
+    let session = match service.hello(&hello, peer) {
+        Ok((reply, session)) => {
+            write_reply(&writer, first.header, Ok(Reply::of(&reply)));
+            session
+        }
+        Err(e) => {
+            tracing::info!(%peer, "handshake refused: {e}");
+            write_reply(&writer, first.header, Err(e));
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+    };
+    let _ = stream.set_read_timeout(None);
+    let guard = Arc::new(SessionGuard { service: service.clone(), session });
+    loop {
+        let frame = match read_frame(&mut stream, MAX_FRAME_LEN) {
+            Ok(Some(f)) if f.header.kind == FrameKind::Request => f,
+            Ok(None) => break,
+            Ok(Some(_)) | Err(_) => {
+                tracing::debug!(%peer, "malformed frame; closing");
+                break;
+            }
+        };
+        let job = Job { guard: guard.clone(), writer: writer.clone(), frame, received: Instant::now() };
+        let svc = service.clone();
+        let run: JobBox = Box::new(move || run_job(svc, job));
+        if pool.send(run).is_err() {
+            break;
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+fn run_job<S: Service>(service: Arc<S>, job: Job<S>) {
+    let h = job.frame.header;
+    let deadline = Duration::from_millis(u64::from(h.aux));
+    let reply = if job.received.elapsed() > deadline {
+        Err(Errno::ETIMEDOUT)
+    } else {
+        match Request::decode(h.opcode, job.frame.body) {
+            Ok(Request::HelloReq(_)) => Err(Errno::EPROTO),
+            Ok(req) => {
+                let name = req.name();
+                let r = service.handle(&job.guard.session, req);
+                if let Err(e) = &r {
+                    tracing::trace!(op = name, "-> {e}");
+                }
+                r
+            }
+            Err(e) => {
+                tracing::debug!("undecodable request (opcode {}): {e}", h.opcode);
+                Err(Errno::EPROTO)
+            }
+        }
+    };
+    write_reply(&job.writer, h, reply);
+}
