@@ -1,1 +1,284 @@
-fn main() {}
+//! `spillway`: the developer's and admin's front door to the data plane.
+//!
+//! * `spillway server`  — run a storage server.
+//! * `spillway mount`   — mount an instance (FUSE client) from its descriptor.
+//! * `spillway umount`  — unmount it.
+//! * `spillway cluster` — a whole instance on this machine: up, down, status, and
+//!   killing/starting single servers for failure tests.
+//! * `spillway stripes` — where a file's stripes live.
+
+mod cluster;
+mod daemon;
+mod size;
+mod stripes;
+
+use clap::{Parser, Subcommand};
+use spillway_types::{InstanceDescriptor, Tunables};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "spillway",
+    version,
+    about = "Spillway burst buffer: servers, mounts and local clusters"
+)]
+struct Cli {
+    /// Log level (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "info")]
+    log_level: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a storage server (until SIGTERM).
+    Server {
+        /// Storage root: fragments, metadata and stripes live below it.
+        #[arg(long)]
+        root: PathBuf,
+        /// Address to listen on, e.g. 127.0.0.1:7000.
+        #[arg(long)]
+        listen: String,
+        /// File of `key = value` tunables.
+        #[arg(long)]
+        tunables: Option<PathBuf>,
+    },
+    /// Mount an instance.
+    Mount {
+        /// The instance descriptor (JSON).
+        #[arg(long)]
+        instance: PathBuf,
+        /// Where to mount it.
+        mountpoint: PathBuf,
+        /// Stay in the foreground instead of detaching once mounted.
+        #[arg(long)]
+        foreground: bool,
+        /// Log file when detached.
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// Write the client's pid here.
+        #[arg(long)]
+        pidfile: Option<PathBuf>,
+        #[arg(long)]
+        tunables: Option<PathBuf>,
+    },
+    /// Unmount a Spillway mount (the client process then exits).
+    Umount { mountpoint: PathBuf },
+    /// A local cluster on this machine.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
+    /// Show the stripes of a file on a Spillway mount and the servers holding them.
+    Stripes {
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// Start N servers, create an instance over them and mount it at DIR/mnt.
+    Up {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 2)]
+        servers: u16,
+        /// Instance size (split evenly over the servers), e.g. 4G.
+        #[arg(long, default_value = "4G")]
+        capacity: String,
+        /// Default stripe size of new files, e.g. 8M.
+        #[arg(long, default_value = "8M")]
+        stripe_size: String,
+        /// Run every server in a network namespace of its own, over veth.
+        #[arg(long)]
+        netns: bool,
+        /// Mount somewhere other than DIR/mnt.
+        #[arg(long)]
+        mountpoint: Option<PathBuf>,
+        /// Mode of the instance's root directory (octal).
+        #[arg(long, default_value = "1777")]
+        root_mode: String,
+    },
+    /// Unmount everything, stop the servers, remove namespaces and (unless
+    /// --keep-data) the cluster directory.
+    Down {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        keep_data: bool,
+    },
+    /// Servers, fragments, usage.
+    Status {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop one server abruptly (failure tests).
+    KillServer {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        index: u16,
+        /// KILL or TERM.
+        #[arg(long, default_value = "KILL")]
+        signal: String,
+    },
+    /// Start a stopped server again on its root and address.
+    StartServer {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        index: u16,
+    },
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(format!("{level},fuser=warn"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+fn load_tunables(path: &Option<PathBuf>) -> Result<Tunables, String> {
+    let mut t = Tunables::default();
+    if let Some(p) = path {
+        t.apply_file(p)?;
+    }
+    Ok(t)
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.cmd {
+        Cmd::Server {
+            root,
+            listen,
+            tunables,
+        } => {
+            init_logging(&cli.log_level);
+            let tunables = load_tunables(&tunables)?;
+            spillway_server::run_server(spillway_server::ServerArgs {
+                root,
+                listen,
+                tunables,
+            })
+        }
+        Cmd::Mount {
+            instance,
+            mountpoint,
+            foreground,
+            log,
+            pidfile,
+            tunables,
+        } => {
+            let desc = InstanceDescriptor::load(&instance).map_err(|e| e.to_string())?;
+            let tunables = load_tunables(&tunables)?;
+            if !mountpoint.is_dir() {
+                return Err(format!(
+                    "mount point {} is not a directory",
+                    mountpoint.display()
+                ));
+            }
+            let mountpoint = mountpoint.canonicalize().map_err(|e| e.to_string())?;
+            let mut ready = if foreground {
+                None
+            } else {
+                let log = log.unwrap_or_else(|| PathBuf::from("/dev/null"));
+                Some(daemon::daemonize(&log)?)
+            };
+            init_logging(&cli.log_level);
+            if let Some(p) = &pidfile {
+                std::fs::write(p, format!("{}\n", std::process::id()))
+                    .map_err(|e| format!("{}: {e}", p.display()))?;
+            }
+            let notify: Option<Box<dyn FnOnce() + Send>> = ready.take().map(|mut r| {
+                let f: Box<dyn FnOnce() + Send> = Box::new(move || r.ok());
+                f
+            });
+            let origin = instance.canonicalize().unwrap_or(instance);
+            let result = spillway_client::mount_foreground(spillway_client::MountArgs {
+                descriptor: desc,
+                mountpoint,
+                tunables,
+                origin,
+                ready: notify,
+            });
+            if let Err(e) = &result {
+                // A detached parent still waiting sees the pipe close and points at
+                // this log.
+                tracing::error!("{e}");
+            }
+            result
+        }
+        Cmd::Umount { mountpoint } => cluster::unmount(&mountpoint, None),
+        Cmd::Cluster { cmd } => cluster_cmd(cmd),
+        Cmd::Stripes { path, json } => stripes::show(&path, json),
+    }
+}
+
+fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
+    match cmd {
+        ClusterCmd::Up {
+            dir,
+            servers,
+            capacity,
+            stripe_size,
+            netns,
+            mountpoint,
+            root_mode,
+        } => {
+            let capacity = size::parse_size(&capacity)?;
+            let stripe = size::parse_size(&stripe_size)?;
+            let stripe_size =
+                u32::try_from(stripe).map_err(|_| "stripe size too large".to_string())?;
+            let root_mode = u32::from_str_radix(&root_mode, 8)
+                .map_err(|_| format!("bad mode {root_mode}"))?
+                & 0o7777;
+            let args = cluster::UpArgs {
+                dir: dir.clone(),
+                servers,
+                capacity,
+                stripe_size,
+                netns,
+                mountpoint,
+                root_mode,
+            };
+            match cluster::up(args) {
+                Ok(mnt) => {
+                    println!("{}", mnt.display());
+                    Ok(())
+                }
+                Err(e) => {
+                    // Leave nothing half-started behind.
+                    let _ = cluster::down(&dir, true);
+                    Err(e)
+                }
+            }
+        }
+        ClusterCmd::Down { dir, keep_data } => cluster::down(&dir, keep_data),
+        ClusterCmd::Status { dir, json } => cluster::status(&dir, json),
+        ClusterCmd::KillServer { dir, index, signal } => {
+            let sig = match signal.to_ascii_uppercase().trim_start_matches("SIG") {
+                "KILL" => libc::SIGKILL,
+                "TERM" => libc::SIGTERM,
+                other => return Err(format!("unsupported signal {other} (KILL or TERM)")),
+            };
+            cluster::kill_server(&dir, index, sig)
+        }
+        ClusterCmd::StartServer { dir, index } => cluster::start_server(&dir, index),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("spillway: {e}");
+        std::process::exit(1);
+    }
+}

@@ -142,10 +142,16 @@ mod tests {
         assert_eq!(l.start, STRIPE_START_INO1_N4);
         let v: Vec<u16> = (0..6).map(|k| l.server_of(StripeIndex(k)).0).collect();
         let s = STRIPE_START_INO1_N4;
-        assert_eq!(v, vec![s, (s + 1) % 4, (s + 2) % 4, (s + 3) % 4, s, (s + 1) % 4]);
+        assert_eq!(
+            v,
+            vec![s, (s + 1) % 4, (s + 2) % 4, (s + 3) % 4, s, (s + 1) % 4]
+        );
         let l2 = Layout::of(InodeNo::compose(ServerIndex(1), 5), 8 << 20, 2, 3);
         assert_eq!(l2.start, STRIPE_START_1_5_N3);
-        assert_eq!(l2.server_of(StripeIndex(1)).0, (STRIPE_START_1_5_N3 + 1) % 3);
+        assert_eq!(
+            l2.server_of(StripeIndex(1)).0,
+            (STRIPE_START_1_5_N3 + 1) % 3
+        );
         assert_eq!(l2.server_of(StripeIndex(2)).0, STRIPE_START_1_5_N3);
     }
 

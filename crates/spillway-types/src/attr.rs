@@ -67,7 +67,10 @@ impl Timespec {
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
     }
 
     pub fn to_system_time(self) -> std::time::SystemTime {
@@ -75,19 +78,29 @@ impl Timespec {
         if self.sec >= 0 {
             UNIX_EPOCH + Duration::new(self.sec as u64, self.nsec)
         } else {
-            UNIX_EPOCH - Duration::from_secs(self.sec.unsigned_abs()) + Duration::from_nanos(u64::from(self.nsec))
+            UNIX_EPOCH - Duration::from_secs(self.sec.unsigned_abs())
+                + Duration::from_nanos(u64::from(self.nsec))
         }
     }
 
     pub fn from_system_time(t: std::time::SystemTime) -> Timespec {
         match t.duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+            Ok(d) => Timespec {
+                sec: d.as_secs() as i64,
+                nsec: d.subsec_nanos(),
+            },
             Err(e) => {
                 let d = e.duration();
                 if d.subsec_nanos() == 0 {
-                    Timespec { sec: -(d.as_secs() as i64), nsec: 0 }
+                    Timespec {
+                        sec: -(d.as_secs() as i64),
+                        nsec: 0,
+                    }
                 } else {
-                    Timespec { sec: -(d.as_secs() as i64) - 1, nsec: 1_000_000_000 - d.subsec_nanos() }
+                    Timespec {
+                        sec: -(d.as_secs() as i64) - 1,
+                        nsec: 1_000_000_000 - d.subsec_nanos(),
+                    }
                 }
             }
         }

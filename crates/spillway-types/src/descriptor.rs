@@ -60,10 +60,14 @@ impl InstanceDescriptor {
             return Err(DescriptorError::Invalid("no servers".into()));
         }
         if self.servers.len() > MAX_SERVERS {
-            return Err(DescriptorError::Invalid(format!("more than {MAX_SERVERS} servers")));
+            return Err(DescriptorError::Invalid(format!(
+                "more than {MAX_SERVERS} servers"
+            )));
         }
         if self.stripe_size == 0 || self.stripe_size % 4096 != 0 {
-            return Err(DescriptorError::Invalid("stripe_size must be a non-zero multiple of 4096".into()));
+            return Err(DescriptorError::Invalid(
+                "stripe_size must be a non-zero multiple of 4096".into(),
+            ));
         }
         if self.stripe_size > crate::tunables::MAX_STRIPE_SIZE {
             return Err(DescriptorError::Invalid(format!(
@@ -134,7 +138,9 @@ mod tests {
         let mut d = sample();
         d.credential = "zz".into();
         assert!(d.validate().is_err());
-        let text = sample().to_json().replace("\"instance\"", "\"bogus\": 1, \"instance\"");
+        let text = sample()
+            .to_json()
+            .replace("\"instance\"", "\"bogus\": 1, \"instance\"");
         assert!(InstanceDescriptor::parse(&text).is_err());
     }
 }

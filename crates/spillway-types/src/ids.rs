@@ -16,7 +16,9 @@ pub const INODE_COUNTER_BITS: u32 = 48;
 impl InodeNo {
     /// The inode number server `home` gives its `counter`-th inode.
     pub fn compose(home: ServerIndex, counter: u64) -> InodeNo {
-        InodeNo((u64::from(home.0) << INODE_COUNTER_BITS) | (counter & ((1 << INODE_COUNTER_BITS) - 1)))
+        InodeNo(
+            (u64::from(home.0) << INODE_COUNTER_BITS) | (counter & ((1 << INODE_COUNTER_BITS) - 1)),
+        )
     }
     /// The server that holds this inode's attributes.
     pub fn home(self) -> ServerIndex {

@@ -80,7 +80,8 @@ impl Tunables {
                 .ok_or_else(|| format!("line {}: expected key = value", n + 1))?;
             let (k, v) = (k.trim(), v.trim());
             let num = || -> Result<u64, String> {
-                v.parse::<u64>().map_err(|_| format!("line {}: {k}: not a whole number: {v}", n + 1))
+                v.parse::<u64>()
+                    .map_err(|_| format!("line {}: {k}: not a whole number: {v}", n + 1))
             };
             match k {
                 "rpc_deadline_ms" => self.rpc_deadline = Duration::from_millis(num()?),
@@ -103,7 +104,8 @@ impl Tunables {
 
     pub fn apply_file(&mut self, path: &std::path::Path) -> Result<(), String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        self.apply_text(&text).map_err(|e| format!("{}: {e}", path.display()))
+        self.apply_text(&text)
+            .map_err(|e| format!("{}: {e}", path.display()))
     }
 }
 
@@ -114,10 +116,14 @@ mod tests {
     #[test]
     fn applies_and_rejects() {
         let mut t = Tunables::default();
-        t.apply_text("# c\nfuse_threads = 3\nrpc_deadline_ms=500 # x\n").unwrap();
+        t.apply_text("# c\nfuse_threads = 3\nrpc_deadline_ms=500 # x\n")
+            .unwrap();
         assert_eq!(t.fuse_threads, 3);
         assert_eq!(t.rpc_deadline, Duration::from_millis(500));
         assert!(t.apply_text("bogus = 1").unwrap_err().contains("unknown"));
-        assert!(t.apply_text("fuse_threads = x").unwrap_err().contains("line 1"));
+        assert!(t
+            .apply_text("fuse_threads = x")
+            .unwrap_err()
+            .contains("line 1"));
     }
 }

@@ -34,7 +34,9 @@ pub struct Enc {
 
 impl Enc {
     pub fn new() -> Enc {
-        Enc { buf: Vec::with_capacity(64) }
+        Enc {
+            buf: Vec::with_capacity(64),
+        }
     }
     pub fn u8(&mut self, v: u8) {
         self.buf.push(v);
@@ -367,7 +369,10 @@ mod tests {
             rdev: 0,
             size: 1 << 40,
             atime: Timespec { sec: -5, nsec: 7 },
-            mtime: Timespec { sec: 1, nsec: 999_999_999 },
+            mtime: Timespec {
+                sec: 1,
+                nsec: 999_999_999,
+            },
             ctime: Timespec::default(),
             stripe_size: 8 << 20,
             stripe_width: 3,

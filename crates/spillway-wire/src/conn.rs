@@ -66,17 +66,27 @@ pub struct Conn {
 
 impl Conn {
     /// Connect, say hello, and start the reader thread.
-    pub fn connect(addr: &str, hello: &HelloReq, timeout: Duration) -> Result<Arc<Conn>, CallError> {
+    pub fn connect(
+        addr: &str,
+        hello: &HelloReq,
+        timeout: Duration,
+    ) -> Result<Arc<Conn>, CallError> {
         let sockaddr = addr
             .to_socket_addrs()
             .map_err(|_| CallError::NotSent)?
             .next()
             .ok_or(CallError::NotSent)?;
-        let mut stream = TcpStream::connect_timeout(&sockaddr, timeout).map_err(|_| CallError::NotSent)?;
+        let mut stream =
+            TcpStream::connect_timeout(&sockaddr, timeout).map_err(|_| CallError::NotSent)?;
         stream.set_nodelay(true).ok();
         // Handshake synchronously, before the reader thread exists.
         let body = hello.to_bytes();
-        let h = FrameHeader { kind: FrameKind::Request, opcode: HelloReq::OP, id: 0, aux: timeout.as_millis() as u32 };
+        let h = FrameHeader {
+            kind: FrameKind::Request,
+            opcode: HelloReq::OP,
+            id: 0,
+            aux: timeout.as_millis() as u32,
+        };
         let mut frame = h.encode(body.len()).to_vec();
         frame.extend_from_slice(&body);
         stream.write_all(&frame).map_err(|_| CallError::NotSent)?;
@@ -87,7 +97,8 @@ impl Conn {
         if reply.header.aux != 0 {
             return Err(CallError::Remote(Errno(reply.header.aux as i32)));
         }
-        let hello = HelloReply::from_bytes(&reply.body).map_err(|_| CallError::Remote(Errno::EPROTO))?;
+        let hello =
+            HelloReply::from_bytes(&reply.body).map_err(|_| CallError::Remote(Errno::EPROTO))?;
         stream.set_read_timeout(None).ok();
         let reader = stream.try_clone().map_err(|_| CallError::NotSent)?;
         let conn = Arc::new(Conn {
@@ -111,7 +122,11 @@ impl Conn {
                 Ok(Some(f)) if f.header.kind == FrameKind::Reply => {
                     let waiter = self.lock_pending().remove(&f.header.id);
                     if let Some(w) = waiter {
-                        let r = if f.header.aux == 0 { Ok(f.body) } else { Err(CallError::Remote(Errno(f.header.aux as i32))) };
+                        let r = if f.header.aux == 0 {
+                            Ok(f.body)
+                        } else {
+                            Err(CallError::Remote(Errno(f.header.aux as i32)))
+                        };
                         let _ = w.send(r);
                     }
                 }
@@ -147,7 +162,12 @@ impl Conn {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = bounded(1);
         self.lock_pending().insert(id, tx);
-        let h = FrameHeader { kind: FrameKind::Request, opcode, id, aux: deadline.as_millis().min(u32::MAX as u128) as u32 };
+        let h = FrameHeader {
+            kind: FrameKind::Request,
+            opcode,
+            id,
+            aux: deadline.as_millis().min(u32::MAX as u128) as u32,
+        };
         let mut head = h.encode(body.len() + bulk.len()).to_vec();
         head.extend_from_slice(body);
         let res = {
@@ -194,8 +214,19 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn new(addr: String, hello: HelloReq, deadline: Duration, reconnect_window: Duration) -> Endpoint {
-        Endpoint { addr, hello, conn: Mutex::new(None), deadline, reconnect_window }
+    pub fn new(
+        addr: String,
+        hello: HelloReq,
+        deadline: Duration,
+        reconnect_window: Duration,
+    ) -> Endpoint {
+        Endpoint {
+            addr,
+            hello,
+            conn: Mutex::new(None),
+            deadline,
+            reconnect_window,
+        }
     }
 
     /// The current connection, connecting (with retries within the reconnect window)
@@ -211,7 +242,11 @@ impl Endpoint {
         let start = Instant::now();
         let mut backoff = Duration::from_millis(20);
         loop {
-            match Conn::connect(&self.addr, &self.hello, self.deadline.min(Duration::from_secs(10))) {
+            match Conn::connect(
+                &self.addr,
+                &self.hello,
+                self.deadline.min(Duration::from_secs(10)),
+            ) {
                 Ok(c) => {
                     *guard = Some(c.clone());
                     return Ok(c);
@@ -234,7 +269,14 @@ impl Endpoint {
     pub fn start<'a, C: Call>(&'a self, req: &C, bulk: &'a [u8]) -> PendingCall<'a, C> {
         let body = req.to_bytes();
         let sent = self.send(C::OP, &body, bulk);
-        PendingCall { ep: self, body, bulk, sent, started: Instant::now(), _c: PhantomData }
+        PendingCall {
+            ep: self,
+            body,
+            bulk,
+            sent,
+            started: Instant::now(),
+            _c: PhantomData,
+        }
     }
 
     pub fn call<C: Call>(&self, req: &C) -> Result<C::Reply, Errno> {
@@ -287,7 +329,10 @@ impl<C: Call> PendingCall<'_, C> {
         loop {
             let outcome = match &self.sent {
                 Err(e) => Err(*e),
-                Ok(s) => match s.rx.recv_timeout(self.ep.deadline + Duration::from_millis(200)) {
+                Ok(s) => match s
+                    .rx
+                    .recv_timeout(self.ep.deadline + Duration::from_millis(200))
+                {
                     Ok(r) => r,
                     Err(RecvTimeoutError::Timeout) => {
                         s.conn.forget(s.id);

@@ -61,7 +61,12 @@ impl FrameHeader {
         let mut id = [0u8; 8];
         id.copy_from_slice(&rest[4..12]);
         let aux = u32::from_le_bytes([rest[12], rest[13], rest[14], rest[15]]);
-        Ok(FrameHeader { kind, opcode, id: u64::from_le_bytes(id), aux })
+        Ok(FrameHeader {
+            kind,
+            opcode,
+            id: u64::from_le_bytes(id),
+            aux,
+        })
     }
 }
 
@@ -104,9 +109,17 @@ mod tests {
 
     #[test]
     fn header_round_trips() {
-        let h = FrameHeader { kind: FrameKind::Reply, opcode: 77, id: 1 << 40, aux: 28 };
+        let h = FrameHeader {
+            kind: FrameKind::Reply,
+            opcode: 77,
+            id: 1 << 40,
+            aux: 28,
+        };
         let bytes = h.encode(5);
-        assert_eq!(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]), 21);
+        assert_eq!(
+            u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+            21
+        );
         assert_eq!(FrameHeader::decode(&bytes[4..]).unwrap(), h);
     }
 
@@ -120,7 +133,13 @@ mod tests {
         assert!(read_frame(&mut truncated, MAX_FRAME_LEN).is_err());
         let mut empty: &[u8] = &[];
         assert!(read_frame(&mut empty, MAX_FRAME_LEN).unwrap().is_none());
-        let mut bad_kind = FrameHeader { kind: FrameKind::Request, opcode: 1, id: 1, aux: 0 }.encode(0);
+        let mut bad_kind = FrameHeader {
+            kind: FrameKind::Request,
+            opcode: 1,
+            id: 1,
+            aux: 0,
+        }
+        .encode(0);
         bad_kind[4] = 9;
         assert!(read_frame(&mut &bad_kind[..], MAX_FRAME_LEN).is_err());
     }

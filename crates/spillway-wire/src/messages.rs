@@ -81,7 +81,11 @@ wire_struct!(HelloReq {
     /// Free text for the server's log (hostname, pid).
     peer_name: String,
 });
-wire_struct!(HelloReply { version: u16, server_index: u16, server_count: u16 });
+wire_struct!(HelloReply {
+    version: u16,
+    server_index: u16,
+    server_count: u16
+});
 
 // ---- admin ------------------------------------------------------------------------
 wire_struct!(FragmentCreateReq {
@@ -110,7 +114,10 @@ wire_struct!(FragmentInfo {
 wire_struct!(FragmentListReply { fragments: Vec<FragmentInfo> });
 
 // ---- metadata ---------------------------------------------------------------------
-wire_struct!(EntryRef { ino: InodeNo, kind: FileKind });
+wire_struct!(EntryRef {
+    ino: InodeNo,
+    kind: FileKind
+});
 wire_struct!(LookupReq { parent: InodeNo, name: Vec<u8> });
 wire_struct!(LookupReply {
     entry: EntryRef,
@@ -167,13 +174,19 @@ wire_struct!(LinkCountReq {
     /// handle is purged: its stripes deleted on every server.
     delta: i32,
 });
-wire_struct!(TouchDirReq { ino: InodeNo, nlink_delta: i32 });
+wire_struct!(TouchDirReq {
+    ino: InodeNo,
+    nlink_delta: i32
+});
 wire_struct!(SealDirReq { ino: InodeNo });
 wire_struct!(UnsealDirReq { ino: InodeNo });
 wire_struct!(ReadDirReq { dir: InodeNo, after: Vec<u8>, max: u32 });
 wire_struct!(DirEntry { name: Vec<u8>, entry: EntryRef });
 wire_struct!(ReadDirReply { entries: Vec<DirEntry>, more: bool });
-wire_struct!(OpenReq { ino: InodeNo, flags: u32 });
+wire_struct!(OpenReq {
+    ino: InodeNo,
+    flags: u32
+});
 wire_struct!(ReleaseReq { ino: InodeNo });
 wire_struct!(ExtendSizeReq {
     ino: InodeNo,
@@ -189,8 +202,16 @@ wire_struct!(ListXattrReq { ino: InodeNo });
 wire_struct!(NamesReply { names: Vec<Vec<u8>> });
 wire_struct!(RemoveXattrReq { ino: InodeNo, name: Vec<u8> });
 wire_struct!(StatFsReq {});
-wire_struct!(StatFsReply { capacity: u64, used: u64, inodes: u64 });
+wire_struct!(StatFsReply {
+    capacity: u64,
+    used: u64,
+    inodes: u64
+});
 wire_struct!(SyncMetaReq {});
+wire_struct!(
+    /// The target of a symlink (BytesReply).
+    ReadLinkReq { ino: InodeNo }
+);
 
 // ---- data -------------------------------------------------------------------------
 wire_struct!(
@@ -202,11 +223,18 @@ wire_struct!(
     /// Reply body is the data itself (bulk); shorter than `len` past the stripe's end.
     ReadReq { ino: InodeNo, stripe: u64, offset: u32, len: u32 }
 );
-wire_struct!(TruncateDataReq { ino: InodeNo, size: u64, stripe_size: u32 });
+wire_struct!(TruncateDataReq {
+    ino: InodeNo,
+    size: u64,
+    stripe_size: u32
+});
 wire_struct!(SyncDataReq { ino: InodeNo });
 wire_struct!(DeleteDataReq { ino: InodeNo });
 wire_struct!(StripeInfoReq { ino: InodeNo });
-wire_struct!(StripeLen { stripe: u64, len: u64 });
+wire_struct!(StripeLen {
+    stripe: u64,
+    len: u64
+});
 wire_struct!(StripeInfoReply { stripes: Vec<StripeLen> });
 
 macro_rules! calls {
@@ -291,6 +319,7 @@ calls! {
     38 RemoveXattrReq -> Empty, false;
     39 StatFsReq -> StatFsReply, true;
     40 SyncMetaReq -> Empty, true;
+    41 ReadLinkReq -> BytesReply, true;
     62 TruncateDataReq -> Empty, true;
     63 SyncDataReq -> Empty, true;
     64 DeleteDataReq -> Empty, true;
@@ -318,7 +347,6 @@ impl Call for ReadReq {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,7 +362,11 @@ mod tests {
 
     #[test]
     fn write_request_hands_bulk_on() {
-        let req = WriteReq { ino: InodeNo(3), stripe: 2, offset: 7 };
+        let req = WriteReq {
+            ino: InodeNo(3),
+            stripe: 2,
+            offset: 7,
+        };
         let mut body = req.to_bytes();
         body.extend_from_slice(b"hello");
         match Request::decode(OP_WRITE, body).unwrap() {
@@ -349,10 +381,17 @@ mod tests {
     #[test]
     fn unknown_opcode_and_truncation_are_errors() {
         assert!(Request::decode(9999, vec![]).is_err());
-        let body = LookupReq { parent: InodeNo(1), name: b"abc".to_vec() }.to_bytes();
+        let body = LookupReq {
+            parent: InodeNo(1),
+            name: b"abc".to_vec(),
+        }
+        .to_bytes();
         assert!(Request::decode(LookupReq::OP, body[..body.len() - 1].to_vec()).is_err());
         let mut long = body.clone();
         long.push(0);
-        assert_eq!(Request::decode(LookupReq::OP, long).unwrap_err(), WireError::Trailing);
+        assert_eq!(
+            Request::decode(LookupReq::OP, long).unwrap_err(),
+            WireError::Trailing
+        );
     }
 }

@@ -26,10 +26,16 @@ pub struct Reply {
 
 impl Reply {
     pub fn of<W: Wire>(w: &W) -> Reply {
-        Reply { body: w.to_bytes(), bulk: Vec::new() }
+        Reply {
+            body: w.to_bytes(),
+            bulk: Vec::new(),
+        }
     }
     pub fn bulk(data: Vec<u8>) -> Reply {
-        Reply { body: Vec::new(), bulk: data }
+        Reply {
+            body: Vec::new(),
+            bulk: data,
+        }
     }
 }
 
@@ -37,7 +43,8 @@ impl Reply {
 pub trait Service: Send + Sync + 'static {
     /// Per-connection state, made by a successful hello.
     type Session: Send + Sync + 'static;
-    fn hello(&self, req: &HelloReq, peer: SocketAddr) -> Result<(HelloReply, Self::Session), Errno>;
+    fn hello(&self, req: &HelloReq, peer: SocketAddr)
+        -> Result<(HelloReply, Self::Session), Errno>;
     fn handle(&self, session: &Self::Session, req: Request) -> Result<Reply, Errno>;
     /// The connection is gone and no request of it is still running.
     fn closed(&self, session: &Self::Session);
@@ -73,7 +80,11 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn start<S: Service>(listener: TcpListener, service: Arc<S>, workers: usize) -> std::io::Result<Server> {
+    pub fn start<S: Service>(
+        listener: TcpListener,
+        service: Arc<S>,
+        workers: usize,
+    ) -> std::io::Result<Server> {
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let conns = Arc::new(Mutex::new(Vec::new()));
@@ -81,40 +92,52 @@ impl Server {
         let mut handles = Vec::new();
         for i in 0..workers.max(1) {
             let rx: Receiver<JobBox> = pool_rx.clone();
-            handles.push(std::thread::Builder::new().name(format!("worker-{i}")).spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    job();
-                }
-            })?);
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("worker-{i}"))
+                    .spawn(move || {
+                        while let Ok(job) = rx.recv() {
+                            job();
+                        }
+                    })?,
+            );
         }
         let (s2, c2, tx2) = (stop.clone(), conns.clone(), pool_tx.clone());
-        let accept = std::thread::Builder::new().name("accept".into()).spawn(move || {
-            while !s2.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((stream, peer)) => {
-                        let _ = stream.set_nonblocking(false);
-                        let _ = stream.set_nodelay(true);
-                        if let Ok(c) = stream.try_clone() {
-                            let mut g = c2.lock().unwrap_or_else(|e| e.into_inner());
-                            g.retain(|s: &TcpStream| s.peer_addr().is_ok());
-                            g.push(c);
+        let accept = std::thread::Builder::new()
+            .name("accept".into())
+            .spawn(move || {
+                while !s2.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((stream, peer)) => {
+                            let _ = stream.set_nonblocking(false);
+                            let _ = stream.set_nodelay(true);
+                            if let Ok(c) = stream.try_clone() {
+                                let mut g = c2.lock().unwrap_or_else(|e| e.into_inner());
+                                g.retain(|s: &TcpStream| s.peer_addr().is_ok());
+                                g.push(c);
+                            }
+                            let (svc, tx) = (service.clone(), tx2.clone());
+                            let _ = std::thread::Builder::new()
+                                .name(format!("conn {peer}"))
+                                .spawn(move || connection(stream, peer, svc, tx));
                         }
-                        let (svc, tx) = (service.clone(), tx2.clone());
-                        let _ = std::thread::Builder::new()
-                            .name(format!("conn {peer}"))
-                            .spawn(move || connection(stream, peer, svc, tx));
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    Err(e) => {
-                        tracing::warn!("accept failed: {e}");
-                        std::thread::sleep(Duration::from_millis(100));
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        Err(e) => {
+                            tracing::warn!("accept failed: {e}");
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
                     }
                 }
-            }
-        })?;
-        Ok(Server { stop, conns, accept: Some(accept), workers: handles, pool_tx: Some(pool_tx) })
+            })?;
+        Ok(Server {
+            stop,
+            conns,
+            accept: Some(accept),
+            workers: handles,
+            pool_tx: Some(pool_tx),
+        })
     }
 
     /// Stop accepting, close every connection, let running requests finish.
@@ -123,7 +146,12 @@ impl Server {
         if let Some(a) = self.accept.take() {
             let _ = a.join();
         }
-        for c in self.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for c in self
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
             let _ = c.shutdown(Shutdown::Both);
         }
         self.pool_tx.take();
@@ -141,8 +169,24 @@ impl Drop for Server {
 
 fn write_reply(w: &Mutex<TcpStream>, h: FrameHeader, reply: Result<Reply, Errno>) {
     let (h, body, bulk) = match reply {
-        Ok(r) => (FrameHeader { kind: FrameKind::Reply, aux: 0, ..h }, r.body, r.bulk),
-        Err(e) => (FrameHeader { kind: FrameKind::Reply, aux: e.0 as u32, ..h }, Vec::new(), Vec::new()),
+        Ok(r) => (
+            FrameHeader {
+                kind: FrameKind::Reply,
+                aux: 0,
+                ..h
+            },
+            r.body,
+            r.bulk,
+        ),
+        Err(e) => (
+            FrameHeader {
+                kind: FrameKind::Reply,
+                aux: e.0 as u32,
+                ..h
+            },
+            Vec::new(),
+            Vec::new(),
+        ),
     };
     let mut head = h.encode(body.len() + bulk.len()).to_vec();
     head.extend_from_slice(&body);
@@ -153,23 +197,38 @@ fn write_reply(w: &Mutex<TcpStream>, h: FrameHeader, reply: Result<Reply, Errno>
     }
 }
 
-fn connection<S: Service>(mut stream: TcpStream, peer: SocketAddr, service: Arc<S>, pool: Sender<JobBox>) {
+fn connection<S: Service>(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    service: Arc<S>,
+    pool: Sender<JobBox>,
+) {
     // The handshake: one small frame, a Hello request, within 10 s.
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    // Every early return shuts the socket down: the accept thread holds a clone of it,
+    // so merely dropping ours would leave a stranger's connection open.
     let first = match read_frame(&mut stream, HELLO_FRAME_LIMIT) {
         Ok(Some(f)) => f,
-        _ => return,
+        _ => {
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
     };
-    let Ok(writer) = stream.try_clone() else { return };
+    let Ok(writer) = stream.try_clone() else {
+        let _ = stream.shutdown(Shutdown::Both);
+        return;
+    };
     let writer = Arc::new(Mutex::new(writer));
     if first.header.kind != FrameKind::Request || first.header.opcode != HelloReq::OP {
         write_reply(&writer, first.header, Err(Errno::EPROTO));
+        let _ = stream.shutdown(Shutdown::Both);
         return;
     }
     let hello = match HelloReq::from_bytes(&first.body) {
         Ok(h) => h,
         Err(_) => {
             write_reply(&writer, first.header, Err(Errno::EPROTO));
+            let _ = stream.shutdown(Shutdown::Both);
             return;
         }
     };
@@ -186,7 +245,10 @@ fn connection<S: Service>(mut stream: TcpStream, peer: SocketAddr, service: Arc<
         }
     };
     let _ = stream.set_read_timeout(None);
-    let guard = Arc::new(SessionGuard { service: service.clone(), session });
+    let guard = Arc::new(SessionGuard {
+        service: service.clone(),
+        session,
+    });
     loop {
         let frame = match read_frame(&mut stream, MAX_FRAME_LEN) {
             Ok(Some(f)) if f.header.kind == FrameKind::Request => f,
@@ -196,7 +258,12 @@ fn connection<S: Service>(mut stream: TcpStream, peer: SocketAddr, service: Arc<
                 break;
             }
         };
-        let job = Job { guard: guard.clone(), writer: writer.clone(), frame, received: Instant::now() };
+        let job = Job {
+            guard: guard.clone(),
+            writer: writer.clone(),
+            frame,
+            received: Instant::now(),
+        };
         let svc = service.clone();
         let run: JobBox = Box::new(move || run_job(svc, job));
         if pool.send(run).is_err() {

@@ -1,0 +1,583 @@
+//! `spillway cluster`: a whole instance on this machine (N servers, one mount) started
+//! with one command and torn down with another, leaving nothing behind. With `--netns`
+//! every server runs in a network namespace of its own, reached over a veth pair, so
+//! the client talks to its servers across a real network path.
+
+use crate::size::human;
+use serde::{Deserialize, Serialize};
+use spillway_types::descriptor::{decode_hex, encode_hex};
+use spillway_types::InstanceDescriptor;
+use spillway_wire::messages::*;
+use spillway_wire::{Endpoint, PROTOCOL_VERSION};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct ServerState {
+    pub index: u16,
+    pub root: PathBuf,
+    pub listen: String,
+    pub pid: Option<i32>,
+    pub netns: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct MountState {
+    pub path: PathBuf,
+    pub pidfile: PathBuf,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct ClusterState {
+    pub instance: u64,
+    pub capacity: u64,
+    pub stripe_size: u32,
+    pub servers: Vec<ServerState>,
+    pub mounts: Vec<MountState>,
+}
+
+pub struct UpArgs {
+    pub dir: PathBuf,
+    pub servers: u16,
+    pub capacity: u64,
+    pub stripe_size: u32,
+    pub netns: bool,
+    pub mountpoint: Option<PathBuf>,
+    pub root_mode: u32,
+}
+
+fn state_path(dir: &Path) -> PathBuf {
+    dir.join("cluster.json")
+}
+
+pub fn load(dir: &Path) -> Result<ClusterState, String> {
+    let p = state_path(dir);
+    let text = std::fs::read_to_string(&p)
+        .map_err(|e| format!("no cluster at {} ({}: {e})", dir.display(), p.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is damaged: {e}", p.display()))
+}
+
+fn save(dir: &Path, st: &ClusterState) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(st).map_err(|e| e.to_string())?;
+    let tmp = dir.join("cluster.json.tmp");
+    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, state_path(dir)).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+fn random_bytes(n: usize) -> Result<Vec<u8>, String> {
+    let mut buf = vec![0u8; n];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(|e| format!("/dev/urandom: {e}"))?;
+    Ok(buf)
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+/// Network namespace name and addresses of server `k` of an instance.
+fn netns_plan(instance: u64, k: u16) -> (String, String, String, String, String) {
+    let tag = format!("{:04x}", instance & 0xffff);
+    let net = 200 + (instance % 50);
+    (
+        format!("spw-{tag}-s{k}"),
+        format!("spw{tag}h{k}"),
+        format!("spw{tag}n{k}"),
+        format!("10.{net}.{k}.1/24"),
+        format!("10.{net}.{k}.2"),
+    )
+}
+
+fn setup_netns(instance: u64, k: u16) -> Result<(String, String), String> {
+    let (ns, vh, vn, host_cidr, ns_addr) = netns_plan(instance, k);
+    let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+    run(Command::new("ip").args(["netns", "add", &ns]))?;
+    run(Command::new("ip").args(["link", "add", &vh, "type", "veth", "peer", "name", &vn]))?;
+    run(Command::new("ip").args(["link", "set", &vn, "netns", &ns]))?;
+    run(Command::new("ip").args(["addr", "add", &host_cidr, "dev", &vh]))?;
+    run(Command::new("ip").args(["link", "set", &vh, "up"]))?;
+    run(Command::new("ip").args([
+        "netns",
+        "exec",
+        &ns,
+        "ip",
+        "addr",
+        "add",
+        &format!("{ns_addr}/24"),
+        "dev",
+        &vn,
+    ]))?;
+    run(Command::new("ip").args(["netns", "exec", &ns, "ip", "link", "set", &vn, "up"]))?;
+    run(Command::new("ip").args(["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]))?;
+    Ok((ns, format!("{ns_addr}:7000")))
+}
+
+fn spawn_server(dir: &Path, s: &ServerState) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&s.root).map_err(|e| format!("{}: {e}", s.root.display()))?;
+    let log_path = dir.join("logs").join(format!("server-{}.log", s.index));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = match &s.netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    cmd.arg("server")
+        .arg("--root")
+        .arg(&s.root)
+        .arg("--listen")
+        .arg(&s.listen);
+    cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
+    // SAFETY: setsid is async-signal-safe; it detaches the server from our terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start server {}: {e}", s.index))?;
+    Ok(child.id() as i32)
+}
+
+fn wait_listening(s: &ServerState, pid: i32) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr: std::net::SocketAddr = s.listen.parse().map_err(|e| format!("{}: {e}", s.listen))?;
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+            && s.root.join("admin.key").exists()
+        {
+            return Ok(());
+        }
+        if !alive(pid) {
+            return Err(format!("server {} exited at start; see its log", s.index));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "server {} did not start listening on {}",
+                s.index, s.listen
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn alive(pid: i32) -> bool {
+    // A zombie child of ours still "exists": reap it first.
+    // SAFETY: waitpid with WNOHANG on a pid; harmless if it is not our child.
+    unsafe {
+        let mut st = 0;
+        libc::waitpid(pid, &mut st, libc::WNOHANG);
+    }
+    // SAFETY: signal 0 only checks existence.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+fn stop_pid(pid: i32, first: i32) {
+    // SAFETY: plain kill(2).
+    unsafe { libc::kill(pid, first) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if alive(pid) {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        while alive(pid) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn admin(s: &ServerState) -> Result<Endpoint, String> {
+    let key_path = s.root.join("admin.key");
+    let key =
+        std::fs::read_to_string(&key_path).map_err(|e| format!("{}: {e}", key_path.display()))?;
+    let key = decode_hex(key.trim()).ok_or_else(|| format!("{} is not hex", key_path.display()))?;
+    let hello = HelloReq {
+        version_min: PROTOCOL_VERSION,
+        version_max: PROTOCOL_VERSION,
+        role: role::ADMIN,
+        instance: 0,
+        credential: key,
+        peer_name: "spillway-cluster".into(),
+    };
+    Ok(Endpoint::new(
+        s.listen.clone(),
+        hello,
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+    ))
+}
+
+pub fn up(a: UpArgs) -> Result<PathBuf, String> {
+    let dir = &a.dir;
+    std::fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = dir.canonicalize().map_err(|e| e.to_string())?;
+    let resumed = load(&dir).ok();
+    let desc_path = dir.join("instance.json");
+    let (mut st, desc) = match resumed {
+        Some(st) if desc_path.exists() => {
+            let d = InstanceDescriptor::load(&desc_path).map_err(|e| e.to_string())?;
+            (st, d)
+        }
+        _ => {
+            if a.servers == 0 {
+                return Err("a cluster needs at least one server".into());
+            }
+            if a.capacity < u64::from(a.servers) * (1 << 20) {
+                return Err("capacity must be at least 1 MiB per server".into());
+            }
+            let id_bytes = random_bytes(8)?;
+            let instance = u64::from_le_bytes(id_bytes.try_into().unwrap_or([7; 8])) >> 1;
+            let mut servers = Vec::new();
+            for k in 0..a.servers {
+                let root = dir.join("servers").join(format!("s{k}"));
+                let (netns, listen) = if a.netns {
+                    let (ns, addr) = setup_netns(instance, k)?;
+                    (Some(ns), addr)
+                } else {
+                    (None, format!("127.0.0.1:{}", free_port()?))
+                };
+                servers.push(ServerState {
+                    index: k,
+                    root,
+                    listen,
+                    pid: None,
+                    netns,
+                });
+            }
+            let st = ClusterState {
+                instance,
+                capacity: a.capacity,
+                stripe_size: a.stripe_size,
+                servers,
+                mounts: Vec::new(),
+            };
+            let desc = InstanceDescriptor {
+                instance,
+                servers: st.servers.iter().map(|s| s.listen.clone()).collect(),
+                capacity: a.capacity,
+                stripe_size: a.stripe_size,
+                credential: encode_hex(&random_bytes(32)?),
+            };
+            desc.validate().map_err(|e| e.to_string())?;
+            (st, desc)
+        }
+    };
+    save(&dir, &st)?;
+    // Servers.
+    for i in 0..st.servers.len() {
+        let s = st.servers[i].clone();
+        if s.pid.is_some_and(alive) {
+            continue;
+        }
+        if let Some(ns) = &s.netns {
+            if !Path::new("/run/netns").join(ns).exists() {
+                setup_netns(st.instance, s.index)?;
+            }
+        }
+        let pid = spawn_server(&dir, &s)?;
+        st.servers[i].pid = Some(pid);
+        save(&dir, &st)?;
+        wait_listening(&s, pid)?;
+    }
+    // Fragments (idempotent: a resumed cluster finds them in place).
+    let n = st.servers.len() as u64;
+    let per = (st.capacity / n) / 4096 * 4096;
+    for s in &st.servers {
+        let ep = admin(s)?;
+        ep.call(&FragmentCreateReq {
+            instance: st.instance,
+            index: s.index,
+            peers: desc.servers.clone(),
+            capacity: per,
+            credential: desc.credential_bytes(),
+            stripe_size: desc.stripe_size,
+            root_uid: 0,
+            root_gid: 0,
+            root_mode: a.root_mode,
+        })
+        .map_err(|e| format!("creating the fragment on server {} failed: {e}", s.index))?;
+    }
+    std::fs::write(&desc_path, desc.to_json())
+        .map_err(|e| format!("{}: {e}", desc_path.display()))?;
+    std::fs::set_permissions(&desc_path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| e.to_string())?;
+    // The mount.
+    let mnt = a.mountpoint.clone().unwrap_or_else(|| dir.join("mnt"));
+    mount_at(&dir, &mut st, &desc_path, &mnt)?;
+    Ok(mnt)
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let Ok(m) = std::fs::read_to_string("/proc/self/mounts") else {
+        return false;
+    };
+    let p = path.to_string_lossy();
+    m.lines().any(|l| l.split(' ').nth(1) == Some(&p))
+}
+
+fn mount_at(dir: &Path, st: &mut ClusterState, desc: &Path, mnt: &Path) -> Result<(), String> {
+    if is_mounted(mnt) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let tag = mnt.to_string_lossy().replace('/', "_");
+    let log = dir.join("logs").join(format!("client{tag}.log"));
+    let pidfile = dir.join(format!("client{tag}.pid"));
+    let out = Command::new(exe)
+        .arg("mount")
+        .arg("--instance")
+        .arg(desc)
+        .arg("--log")
+        .arg(&log)
+        .arg("--pidfile")
+        .arg(&pidfile)
+        .arg(mnt)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    st.mounts.retain(|m| m.path != mnt);
+    st.mounts.push(MountState {
+        path: mnt.to_path_buf(),
+        pidfile,
+    });
+    save(dir, st)
+}
+
+/// Unmount `path` and wait for its client process (from `pidfile`) to exit.
+pub fn unmount(path: &Path, pidfile: Option<&Path>) -> Result<(), String> {
+    let pid = pidfile
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    if is_mounted(path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|e| e.to_string())?;
+        // SAFETY: c is a valid path.
+        let r = unsafe { libc::umount2(c.as_ptr(), 0) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            eprintln!(
+                "spillway: {} busy ({e}); detaching it lazily",
+                path.display()
+            );
+            // SAFETY: as above.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+    if let Some(pid) = pid {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if alive(pid) {
+            stop_pid(pid, libc::SIGTERM);
+        }
+    }
+    if let Some(p) = pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}
+
+pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {
+    let Ok(dir) = dir.canonicalize() else {
+        return Ok(());
+    };
+    let st = match load(&dir) {
+        Ok(s) => s,
+        Err(_) if !dir.join("cluster.json").exists() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    // Every mount of this instance: ours, and others made with `spillway mount`.
+    let fsname = format!("spillway:{}", st.instance);
+    let mut mounts: Vec<(PathBuf, Option<PathBuf>)> = st
+        .mounts
+        .iter()
+        .map(|m| (m.path.clone(), Some(m.pidfile.clone())))
+        .collect();
+    if let Ok(text) = std::fs::read_to_string("/proc/self/mounts") {
+        for l in text.lines() {
+            let mut f = l.split(' ');
+            if f.next() == Some(&fsname) {
+                if let Some(p) = f.next() {
+                    let p = PathBuf::from(p.replace("\\040", " "));
+                    if !mounts.iter().any(|(m, _)| *m == p) {
+                        mounts.push((p, None));
+                    }
+                }
+            }
+        }
+    }
+    let mut errors = Vec::new();
+    for (m, pf) in &mounts {
+        if let Err(e) = unmount(m, pf.as_deref()) {
+            errors.push(e);
+        }
+    }
+    for s in &st.servers {
+        if let Some(pid) = s.pid {
+            if alive(pid) {
+                stop_pid(pid, libc::SIGTERM);
+            }
+        }
+        if let Some(ns) = &s.netns {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+    if keep_data {
+        let mut st = st;
+        for s in &mut st.servers {
+            s.pid = None;
+        }
+        st.mounts.clear();
+        save(&dir, &st)?;
+    } else if let Err(e) = std::fs::remove_dir_all(&dir) {
+        errors.push(format!("removing {}: {e}", dir.display()));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+pub fn kill_server(dir: &Path, index: u16, signal: i32) -> Result<(), String> {
+    let mut st = load(dir)?;
+    let s = st
+        .servers
+        .iter_mut()
+        .find(|s| s.index == index)
+        .ok_or(format!("no server {index}"))?;
+    if let Some(pid) = s.pid.take() {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(pid, signal) };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if alive(pid) {
+            stop_pid(pid, libc::SIGKILL);
+        }
+    }
+    save(dir, &st)
+}
+
+pub fn start_server(dir: &Path, index: u16) -> Result<(), String> {
+    let mut st = load(dir)?;
+    let i = st
+        .servers
+        .iter()
+        .position(|s| s.index == index)
+        .ok_or(format!("no server {index}"))?;
+    let s = st.servers[i].clone();
+    if s.pid.is_some_and(alive) {
+        return Ok(());
+    }
+    let pid = spawn_server(dir, &s)?;
+    st.servers[i].pid = Some(pid);
+    save(dir, &st)?;
+    wait_listening(&s, pid)
+}
+
+pub fn status(dir: &Path, json: bool) -> Result<(), String> {
+    let st = load(dir)?;
+    let mut rows = Vec::new();
+    for s in &st.servers {
+        let running = s.pid.is_some_and(alive);
+        let frag = if running {
+            admin(s)
+                .ok()
+                .and_then(|ep| ep.call(&FragmentListReq {}).ok())
+                .and_then(|r| r.fragments.into_iter().find(|f| f.instance == st.instance))
+        } else {
+            None
+        };
+        rows.push(serde_json::json!({
+            "index": s.index,
+            "listen": s.listen,
+            "pid": s.pid,
+            "running": running,
+            "netns": s.netns,
+            "capacity": frag.as_ref().map(|f| f.capacity),
+            "used": frag.as_ref().map(|f| f.used),
+            "inodes": frag.as_ref().map(|f| f.inodes),
+        }));
+    }
+    if json {
+        let doc =
+            serde_json::json!({"instance": st.instance, "servers": rows, "mounts": st.mounts});
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "instance {}  capacity {}  stripe {}",
+        st.instance,
+        human(st.capacity),
+        human(u64::from(st.stripe_size))
+    );
+    println!(
+        "{:<6} {:<22} {:<8} {:>10} {:>10} {:>8}",
+        "server", "address", "state", "capacity", "used", "inodes"
+    );
+    for r in rows {
+        let n = |k: &str| r[k].as_u64().map(human).unwrap_or_else(|| "-".into());
+        println!(
+            "{:<6} {:<22} {:<8} {:>10} {:>10} {:>8}",
+            r["index"],
+            r["listen"].as_str().unwrap_or(""),
+            if r["running"].as_bool() == Some(true) {
+                "up"
+            } else {
+                "down"
+            },
+            n("capacity"),
+            n("used"),
+            r["inodes"]
+                .as_u64()
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into())
+        );
+    }
+    for m in &st.mounts {
+        println!("mount  {}", m.path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,1050 @@
+//! The FUSE operations. Each maps a kernel request onto client stubs (instance.rs).
+//!
+//! Permissions: the mount uses `default_permissions`, so the kernel checks every access
+//! against the attributes we report; we create files as the calling uid/gid (and the
+//! directory's gid under setgid), so ownership is POSIX. Coherency is close-to-open:
+//! open fetches fresh attributes from the inode's home and drops the kernel's cached
+//! pages and attributes when another client changed the file; close and fsync push
+//! this client's writes to the servers before they return.
+
+use crate::instance::Instance;
+use crate::nodes::{Node, OpenFile, Tables};
+use crate::writeback::WriteBack;
+use fuser::{
+    FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+use spillway_types::tunables::{MAX_NAME_LEN, MAX_SYMLINK_LEN};
+use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec, Tunables, ROOT_INODE};
+use spillway_wire::messages::{
+    rename_flags, setattr, want, CreateReq, EntryRef, RenameReq, SetAttrReq,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+pub struct SpillwayFs {
+    inst: Arc<Instance>,
+    t: Tables,
+    tun: Tunables,
+    notifier: Arc<OnceLock<Notifier>>,
+    origin: std::path::PathBuf,
+}
+
+/// Read-only virtual attribute describing a file's placement (for `spillway stripes`).
+/// It is answered by the client and never stored or listed.
+pub const LAYOUT_XATTR: &[u8] = b"user.spillway.layout";
+
+type R<T> = Result<T, Errno>;
+
+fn fe(e: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.0)
+}
+
+fn ino(i: INodeNo) -> InodeNo {
+    InodeNo(i.0)
+}
+
+fn check_name(name: &OsStr) -> R<&[u8]> {
+    let b = name.as_bytes();
+    if b.len() > MAX_NAME_LEN {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(b)
+}
+
+fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::Regular => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn time_set(t: Option<TimeOrNow>, bit: u32, now_bit: u32, valid: &mut u32) -> Timespec {
+    match t {
+        None => Timespec::default(),
+        Some(TimeOrNow::Now) => {
+            *valid |= now_bit;
+            Timespec::default()
+        }
+        Some(TimeOrNow::SpecificTime(st)) => {
+            *valid |= bit;
+            Timespec::from_system_time(st)
+        }
+    }
+}
+
+impl SpillwayFs {
+    pub fn new(
+        inst: Arc<Instance>,
+        tun: Tunables,
+        notifier: Arc<OnceLock<Notifier>>,
+        origin: std::path::PathBuf,
+    ) -> SpillwayFs {
+        SpillwayFs {
+            inst,
+            t: Tables::default(),
+            tun,
+            notifier,
+            origin,
+        }
+    }
+
+    fn layout_json(&self, i: InodeNo) -> R<Vec<u8>> {
+        let attr = self.inst.getattr(i)?;
+        let l = self.inst.layout(&attr);
+        let doc = serde_json::json!({
+            "instance": self.inst.desc.instance,
+            "ino": i.0,
+            "size": attr.size,
+            "stripe_size": l.stripe_size,
+            "stripe_width": l.width,
+            "start": l.start,
+            "servers": self.inst.desc.servers,
+            "descriptor": self.origin,
+        });
+        Ok(doc.to_string().into_bytes())
+    }
+
+    /// Attributes as the kernel should see them: a file this client is writing is at
+    /// least as long as what it wrote.
+    fn fuse_attr(&self, a: &Attr) -> FileAttr {
+        let size = match self.t.writeback(a.ino) {
+            Some(wb) => a.size.max(wb.end()),
+            None => a.size,
+        };
+        FileAttr {
+            ino: INodeNo(a.ino.0),
+            size,
+            blocks: size.div_ceil(512),
+            atime: a.atime.to_system_time(),
+            mtime: a.mtime.to_system_time(),
+            ctime: a.ctime.to_system_time(),
+            crtime: a.mtime.to_system_time(),
+            kind: file_type(a.kind),
+            perm: (a.mode & 0o7777) as u16,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev,
+            blksize: a.stripe_size.min(1 << 20),
+            flags: 0,
+        }
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, r: R<Attr>) {
+        match r {
+            Ok(a) => {
+                self.t.remember(&a, true);
+                reply.entry(&self.tun.entry_ttl, &self.fuse_attr(&a), Generation(0));
+            }
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn reply_attr(&self, reply: ReplyAttr, r: R<Attr>) {
+        match r {
+            Ok(a) => {
+                self.t.remember(&a, false);
+                reply.attr(&self.tun.attr_ttl, &self.fuse_attr(&a));
+            }
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn empty(reply: ReplyEmpty, r: R<()>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn dir_attr(&self, dir: InodeNo) -> R<Attr> {
+        match self.t.attr(dir) {
+            Some(a) => Ok(a),
+            None => self.inst.getattr(dir),
+        }
+    }
+
+    /// Tell a directory's home that an entry changed (mtime/ctime, subdirectory count).
+    /// Sent without waiting: the entry change itself already succeeded.
+    fn touch_dir_async(&self, dir: InodeNo, nlink_delta: i32) {
+        if let Err(e) = self.inst.touch_dir(dir, nlink_delta) {
+            tracing::debug!(%dir, "touching directory failed: {e}");
+        }
+    }
+
+    /// Create an inode of any kind under `parent`, owned by the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        &self,
+        req: &Request,
+        parent: InodeNo,
+        name: &OsStr,
+        kind: FileKind,
+        mode: u32,
+        rdev: u32,
+        target: &[u8],
+    ) -> R<Attr> {
+        let name = check_name(name)?;
+        let pattr = self.dir_attr(parent)?;
+        let mut gid = req.gid();
+        let mut mode = mode & 0o7777;
+        if pattr.mode & libc::S_ISGID != 0 {
+            gid = pattr.gid;
+            if kind == FileKind::Directory {
+                mode |= libc::S_ISGID;
+            }
+        }
+        let attr = self.inst.create(CreateReq {
+            parent,
+            name: name.to_vec(),
+            kind,
+            mode,
+            uid: req.uid(),
+            gid,
+            rdev,
+            target: target.to_vec(),
+            stripe_size: 0,
+            stripe_width: 0,
+        })?;
+        self.touch_dir_async(parent, i32::from(kind == FileKind::Directory));
+        Ok(attr)
+    }
+
+    fn open_file(&self, i: InodeNo, flags: u32) -> R<(u64, FopenFlags)> {
+        let attr = self.inst.open(i, flags)?;
+        let stamp = (attr.size, attr.mtime);
+        let (keep, stale) = {
+            let mut nodes = self.t.nodes();
+            let node = nodes.entry(i).or_insert_with(|| Node {
+                attr: attr.clone(),
+                lookups: 0,
+                opens: 0,
+                wb: None,
+                cached: None,
+            });
+            let dirty = node.wb.as_ref().is_some_and(|w| w.is_dirty());
+            let stale = !dirty && (node.attr.size != attr.size || node.attr.mtime != attr.mtime);
+            let keep = dirty || node.cached == Some(stamp);
+            node.cached = Some(stamp);
+            node.attr = attr.clone();
+            node.opens += 1;
+            match &node.wb {
+                None => {
+                    node.wb = Some(Arc::new(WriteBack::new(
+                        self.inst.clone(),
+                        &attr,
+                        self.tun.writeback_per_file,
+                    )))
+                }
+                Some(wb) if stale => wb.reset_end(attr.size),
+                Some(_) => {}
+            }
+            (keep, stale)
+        };
+        if stale {
+            // Another client changed the file: make the kernel fetch size and times
+            // again (its page cache goes too, as we do not answer KEEP_CACHE).
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(INodeNo(i.0), -1, 0);
+            }
+        }
+        let fh = self.t.new_fh();
+        self.t.files().insert(fh, OpenFile { ino: i });
+        Ok((
+            fh,
+            if keep {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            },
+        ))
+    }
+
+    /// After a flush told the home the new size, remember what the kernel now caches.
+    fn note_flushed(&self, attr: Option<Attr>) {
+        if let Some(a) = attr {
+            let mut nodes = self.t.nodes();
+            if let Some(n) = nodes.get_mut(&a.ino) {
+                n.cached = Some((a.size, a.mtime));
+                n.attr = a;
+            }
+        }
+    }
+
+    fn do_setattr(&self, i: InodeNo, mut req: SetAttrReq) -> R<Attr> {
+        let wb = self.t.writeback(i);
+        if req.valid & setattr::SIZE != 0 {
+            if let Some(wb) = &wb {
+                self.note_flushed(wb.flush()?);
+            }
+        }
+        req.ino = i;
+        let attr = self.inst.setattr(req.clone())?;
+        if req.valid & setattr::SIZE != 0 {
+            if let Some(wb) = &wb {
+                wb.truncated(attr.size);
+            }
+            let mut nodes = self.t.nodes();
+            if let Some(n) = nodes.get_mut(&i) {
+                n.cached = Some((attr.size, attr.mtime));
+            }
+        }
+        Ok(attr)
+    }
+
+    fn do_unlink(&self, parent: InodeNo, name: &OsStr) -> R<()> {
+        let name = check_name(name)?;
+        let removed = self.inst.remove_entry(parent, name, want::NOT_DIR)?;
+        let attr = self.inst.link_count(removed.ino, -1)?;
+        self.t.remember(&attr, false);
+        self.touch_dir_async(parent, 0);
+        Ok(())
+    }
+
+    fn do_rmdir(&self, parent: InodeNo, name: &OsStr) -> R<()> {
+        let name = check_name(name)?;
+        let entry = self.inst.lookup_entry(parent, name)?.ok_or(Errno::ENOENT)?;
+        if entry.kind != FileKind::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        self.inst.seal_dir(entry.ino)?;
+        if let Err(e) = self.inst.remove_entry(parent, name, want::DIR) {
+            self.inst.unseal_dir(entry.ino);
+            return Err(e);
+        }
+        // A directory's own links: its entry and its ".".
+        let attr = self.inst.link_count(entry.ino, -2)?;
+        self.t.remember(&attr, false);
+        self.touch_dir_async(parent, -1);
+        Ok(())
+    }
+
+    fn do_rename(&self, op: InodeNo, on: &OsStr, np: InodeNo, nn: &OsStr, flags: u32) -> R<()> {
+        let (on, nn) = (check_name(on)?, check_name(nn)?);
+        let exchange = flags & rename_flags::EXCHANGE != 0;
+        let noreplace = flags & rename_flags::NOREPLACE != 0;
+        let src = self.inst.lookup_entry(op, on)?.ok_or(Errno::ENOENT)?;
+        let dst = self.inst.lookup_entry(np, nn)?;
+        if let Some(d) = &dst {
+            if d.ino == src.ino {
+                return Ok(()); // Both names are links to one inode: POSIX says do nothing.
+            }
+            if noreplace {
+                return Err(Errno::EEXIST);
+            }
+            if !exchange {
+                match (
+                    src.kind == FileKind::Directory,
+                    d.kind == FileKind::Directory,
+                ) {
+                    (true, false) => return Err(Errno::ENOTDIR),
+                    (false, true) => return Err(Errno::EISDIR),
+                    _ => {}
+                }
+            }
+        } else if exchange {
+            return Err(Errno::ENOENT);
+        }
+        // A directory being replaced must be empty on every server, and stay so.
+        let sealed = match &dst {
+            Some(d) if !exchange && d.kind == FileKind::Directory => {
+                self.inst.seal_dir(d.ino)?;
+                Some(d.ino)
+            }
+            _ => None,
+        };
+        let result = self.rename_entries(op, on, np, nn, flags, &src, dst.as_ref(), exchange);
+        let replaced = match result {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(d) = sealed {
+                    self.inst.unseal_dir(d);
+                }
+                return Err(e);
+            }
+        };
+        // Link counts and directory times.
+        let src_is_dir = src.kind == FileKind::Directory;
+        if let Some(r) = &replaced {
+            if !exchange {
+                let delta = if r.kind == FileKind::Directory {
+                    -2
+                } else {
+                    -1
+                };
+                if let Ok(a) = self.inst.link_count(r.ino, delta) {
+                    self.t.remember(&a, false);
+                }
+            }
+        }
+        let _ = self.inst.link_count(src.ino, 0); // ctime of the moved inode
+        let replaced_dir = replaced.is_some_and(|r| r.kind == FileKind::Directory) && !exchange;
+        if op != np {
+            let moved_out = i32::from(src_is_dir);
+            let moved_in = i32::from(src_is_dir) - i32::from(replaced_dir);
+            let (out_delta, in_delta) = if exchange {
+                let d_dir = dst.as_ref().is_some_and(|d| d.kind == FileKind::Directory);
+                (
+                    i32::from(d_dir) - i32::from(src_is_dir),
+                    i32::from(src_is_dir) - i32::from(d_dir),
+                )
+            } else {
+                (-moved_out, moved_in)
+            };
+            self.touch_dir_async(op, out_delta);
+            self.touch_dir_async(np, in_delta);
+        } else {
+            self.touch_dir_async(op, -i32::from(replaced_dir));
+        }
+        Ok(())
+    }
+
+    /// Move the entries themselves. Returns the entry that was replaced, if any.
+    #[allow(clippy::too_many_arguments)]
+    fn rename_entries(
+        &self,
+        op: InodeNo,
+        on: &[u8],
+        np: InodeNo,
+        nn: &[u8],
+        flags: u32,
+        src: &EntryRef,
+        dst: Option<&EntryRef>,
+        exchange: bool,
+    ) -> R<Option<EntryRef>> {
+        if self.inst.dentry_home(op, on) == self.inst.dentry_home(np, nn) {
+            let r = self.inst.rename_local(RenameReq {
+                old_parent: op,
+                old_name: on.to_vec(),
+                new_parent: np,
+                new_name: nn.to_vec(),
+                flags,
+            })?;
+            return Ok(r.replaced);
+        }
+        // Across servers: add the new name first, then drop the old one, so a failure
+        // in between leaves an extra name rather than a lost file.
+        if exchange {
+            let d = dst.cloned().ok_or(Errno::ENOENT)?;
+            self.inst.insert_entry(np, nn, src.clone(), true)?;
+            self.inst.insert_entry(op, on, d.clone(), true)?;
+            return Ok(Some(d));
+        }
+        let replaced = self.inst.insert_entry(np, nn, src.clone(), dst.is_some())?;
+        match self.inst.remove_entry(op, on, want::ANY) {
+            Ok(_) => Ok(replaced),
+            Err(e) => {
+                // Put the target back as it was.
+                match &replaced {
+                    Some(r) => {
+                        let _ = self.inst.insert_entry(np, nn, r.clone(), true);
+                    }
+                    None => {
+                        let _ = self.inst.remove_entry(np, nn, want::ANY);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn do_link(&self, i: InodeNo, np: InodeNo, nn: &OsStr) -> R<Attr> {
+        let nn = check_name(nn)?;
+        let kind = self.dir_attr(i)?.kind;
+        if kind == FileKind::Directory {
+            return Err(Errno::EPERM);
+        }
+        self.inst
+            .insert_entry(np, nn, EntryRef { ino: i, kind }, false)?;
+        let attr = match self.inst.link_count(i, 1) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = self.inst.remove_entry(np, nn, want::ANY);
+                return Err(e);
+            }
+        };
+        self.touch_dir_async(np, 0);
+        Ok(attr)
+    }
+
+    fn do_read(&self, i: InodeNo, offset: u64, size: u32) -> R<Vec<u8>> {
+        let (attr, wb) = {
+            let nodes = self.t.nodes();
+            let n = nodes.get(&i).ok_or(Errno::EBADF)?;
+            (n.attr.clone(), n.wb.clone())
+        };
+        let mut fsize = attr.size;
+        if let Some(wb) = &wb {
+            if wb.is_dirty() {
+                self.note_flushed(wb.flush()?);
+            }
+            fsize = fsize.max(wb.end());
+        }
+        let layout = self.inst.layout(&attr);
+        self.inst.read(&layout, i, offset, size, fsize)
+    }
+
+    fn do_write(&self, i: InodeNo, offset: u64, data: &[u8]) -> R<()> {
+        match self.t.writeback(i) {
+            Some(wb) => wb.write(offset, data),
+            None => {
+                // Not open here (should not happen: the kernel writes through an open
+                // file); write through.
+                let attr = self.inst.getattr(i)?;
+                let layout = self.inst.layout(&attr);
+                self.inst.write(&layout, i, offset, data)?;
+                self.inst
+                    .extend_size(i, offset + data.len() as u64, true)
+                    .map(|_| ())
+            }
+        }
+    }
+
+    fn do_release(&self, fh: u64) -> R<()> {
+        let Some(of) = self.t.files().remove(&fh) else {
+            return Ok(());
+        };
+        let wb = {
+            let mut nodes = self.t.nodes();
+            match nodes.get_mut(&of.ino) {
+                Some(n) => {
+                    n.opens = n.opens.saturating_sub(1);
+                    if n.opens == 0 {
+                        n.wb.take()
+                    } else {
+                        None
+                    }
+                }
+                None => None,
+            }
+        };
+        let flushed = match wb {
+            Some(wb) => wb.flush().map(|a| self.note_flushed(a)),
+            None => Ok(()),
+        };
+        let released = self.inst.release(of.ino);
+        {
+            let mut nodes = self.t.nodes();
+            if nodes
+                .get(&of.ino)
+                .is_some_and(|n| n.opens == 0 && n.lookups == 0)
+            {
+                nodes.remove(&of.ino);
+            }
+        }
+        flushed.and(released)
+    }
+
+    fn do_statfs(&self) -> R<(u64, u64, u64)> {
+        let frags = self.inst.statfs()?;
+        let total: u64 = frags.iter().map(|f| f.capacity).sum();
+        // DataWarp: free = servers × free space of the fullest fragment.
+        let min_free = frags
+            .iter()
+            .map(|f| f.capacity.saturating_sub(f.used))
+            .min()
+            .unwrap_or(0);
+        let free = (min_free.saturating_mul(frags.len() as u64)).min(total);
+        let inodes: u64 = frags.iter().map(|f| f.inodes).sum();
+        Ok((total, free, inodes))
+    }
+
+    fn xattr_reply(reply: ReplyXattr, size: u32, data: R<Vec<u8>>) {
+        match data {
+            Err(e) => reply.error(fe(e)),
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(fuser::Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+        }
+    }
+
+    fn flush_all(&self) {
+        let wbs: Vec<Arc<WriteBack>> = self
+            .t
+            .nodes()
+            .values()
+            .filter_map(|n| n.wb.clone())
+            .collect();
+        for wb in wbs {
+            if let Err(e) = wb.flush() {
+                tracing::error!("flush at unmount failed: {e}");
+            }
+        }
+    }
+}
+
+impl Filesystem for SpillwayFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_MAX_PAGES;
+        if let Err(missing) = config.add_capabilities(wanted) {
+            tracing::warn!("kernel lacks FUSE capabilities {missing:?}");
+        }
+        let _ = config.set_max_write(self.tun.max_write);
+        let _ = config.set_max_readahead(self.tun.max_readahead);
+        let _ = config.set_max_background(64);
+        // The root must exist: fail the mount now rather than every call later.
+        let root = self
+            .inst
+            .getattr(ROOT_INODE)
+            .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
+        self.t.remember(&root, true);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.flush_all();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = check_name(name)
+            .and_then(|n| self.inst.lookup(ino(parent), n))
+            .map(|(_, a)| a);
+        self.reply_entry(reply, r);
+    }
+
+    fn forget(&self, _req: &Request, i: INodeNo, nlookup: u64) {
+        self.t.forget(ino(i), nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.reply_attr(reply, self.inst.getattr(ino(i)));
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mut valid = 0;
+        let mut req = SetAttrReq {
+            ino: ino(i),
+            valid: 0,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+        };
+        if let Some(m) = mode {
+            valid |= setattr::MODE;
+            req.mode = m & 0o7777;
+        }
+        if let Some(u) = uid {
+            valid |= setattr::UID;
+            req.uid = u;
+        }
+        if let Some(g) = gid {
+            valid |= setattr::GID;
+            req.gid = g;
+        }
+        if let Some(s) = size {
+            valid |= setattr::SIZE;
+            req.size = s;
+        }
+        req.atime = time_set(atime, setattr::ATIME, setattr::ATIME_NOW, &mut valid);
+        req.mtime = time_set(mtime, setattr::MTIME, setattr::MTIME_NOW, &mut valid);
+        if let Some(c) = ctime {
+            valid |= setattr::CTIME;
+            req.ctime = Timespec::from_system_time(c);
+        }
+        req.valid = valid;
+        self.reply_attr(reply, self.do_setattr(ino(i), req));
+    }
+
+    fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
+        match self.inst.read_link(ino(i)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = match FileKind::from_mode(mode) {
+            Some(FileKind::Directory) | Some(FileKind::Symlink) | None => Err(Errno::EINVAL),
+            Some(kind) => self.make(req, ino(parent), name, kind, mode, rdev, &[]),
+        };
+        self.reply_entry(reply, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.make(req, ino(parent), name, FileKind::Directory, mode, 0, &[]);
+        self.reply_entry(reply, r);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.do_unlink(ino(parent), name));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.do_rmdir(ino(parent), name));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let t = target.as_os_str().as_bytes();
+        let r = if t.len() > MAX_SYMLINK_LEN {
+            Err(Errno::ENAMETOOLONG)
+        } else {
+            self.make(req, ino(parent), link_name, FileKind::Symlink, 0o777, 0, t)
+        };
+        self.reply_entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(fuser::Errno::EINVAL);
+        }
+        let mut f = 0;
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            f |= rename_flags::NOREPLACE;
+        }
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            f |= rename_flags::EXCHANGE;
+        }
+        Self::empty(
+            reply,
+            self.do_rename(ino(parent), name, ino(newparent), newname, f),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self.do_link(ino(i), ino(newparent), newname);
+        self.reply_entry(reply, r);
+    }
+
+    fn open(&self, _req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_file(ino(i), flags.0 as u32) {
+            Ok((fh, f)) => reply.opened(FileHandle(fh), f),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.do_read(ino(i), offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.do_write(ino(i), offset, data) {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let r = match self.t.writeback(ino(i)) {
+            Some(wb) => wb.flush().map(|a| self.note_flushed(a)),
+            None => Ok(()),
+        };
+        Self::empty(reply, r);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _i: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.do_release(fh.0));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = match self.t.writeback(ino(i)) {
+            Some(wb) => wb.fsync().map(|a| self.note_flushed(a)),
+            None => self.inst.sync_meta(ino(i)),
+        };
+        Self::empty(reply, r);
+    }
+
+    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.inst.read_dir(ino(i), self.tun.readdir_page) {
+            Ok(entries) => {
+                let fh = self.t.new_fh();
+                self.t.dirs().insert(fh, entries);
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        if offset == 0 {
+            // A rewind: show what is there now.
+            match self.inst.read_dir(ino(i), self.tun.readdir_page) {
+                Ok(entries) => {
+                    self.t.dirs().insert(fh.0, entries);
+                }
+                Err(e) => return reply.error(fe(e)),
+            }
+        }
+        let dirs = self.t.dirs();
+        let Some(entries) = dirs.get(&fh.0) else {
+            return reply.error(fuser::Errno::EBADF);
+        };
+        let dots = [(b".".as_slice(), i), (b"..".as_slice(), i)];
+        let total = entries.len() as u64 + 2;
+        let mut pos = offset;
+        while pos < total {
+            let full = if pos < 2 {
+                let (n, d) = dots[pos as usize];
+                reply.add(d, pos + 1, FileType::Directory, OsStr::from_bytes(n))
+            } else {
+                let e = &entries[(pos - 2) as usize];
+                reply.add(
+                    INodeNo(e.entry.ino.0),
+                    pos + 1,
+                    file_type(e.entry.kind),
+                    OsStr::from_bytes(&e.name),
+                )
+            };
+            if full {
+                break;
+            }
+            pos += 1;
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _i: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.t.dirs().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.inst.sync_meta(ino(i)));
+    }
+
+    fn statfs(&self, _req: &Request, _i: INodeNo, reply: ReplyStatfs) {
+        match self.do_statfs() {
+            Ok((total, free, inodes)) => {
+                let bs = 4096u64;
+                let ffree = u64::from(u32::MAX);
+                reply.statfs(
+                    total / bs,
+                    free / bs,
+                    free / bs,
+                    inodes + ffree,
+                    ffree,
+                    bs as u32,
+                    MAX_NAME_LEN as u32,
+                    bs as u32,
+                )
+            }
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let n = name.as_bytes();
+        if n == LAYOUT_XATTR {
+            return reply.error(fuser::Errno::EPERM);
+        }
+        if n.starts_with(b"system.") {
+            // POSIX ACLs are not enforced here: refuse them rather than store them.
+            return reply.error(fuser::Errno::EOPNOTSUPP);
+        }
+        Self::empty(reply, self.inst.set_xattr(ino(i), n, value, flags as u32));
+    }
+
+    fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let n = name.as_bytes();
+        if n.starts_with(b"system.") {
+            return reply.error(fuser::Errno::ENODATA);
+        }
+        if n == LAYOUT_XATTR {
+            return Self::xattr_reply(reply, size, self.layout_json(ino(i)));
+        }
+        Self::xattr_reply(reply, size, self.inst.get_xattr(ino(i), n));
+    }
+
+    fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = self.inst.list_xattr(ino(i)).map(|names| {
+            let mut buf = Vec::new();
+            for n in names {
+                buf.extend_from_slice(&n);
+                buf.push(0);
+            }
+            buf
+        });
+        Self::xattr_reply(reply, size, r);
+    }
+
+    fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let n = name.as_bytes();
+        if n.starts_with(b"system.") {
+            return reply.error(fuser::Errno::EOPNOTSUPP);
+        }
+        Self::empty(reply, self.inst.remove_xattr(ino(i), n));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let made = self.make(req, ino(parent), name, FileKind::Regular, mode, 0, &[]);
+        let attr = match made {
+            Ok(a) => a,
+            Err(e) => return reply.error(fe(e)),
+        };
+        self.t.remember(&attr, true);
+        match self.open_file(attr.ino, flags as u32) {
+            Ok((fh, f)) => reply.created(
+                &self.tun.entry_ttl,
+                &self.fuse_attr(&attr),
+                Generation(0),
+                FileHandle(fh),
+                f,
+            ),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+}
+
+/// Attribute and entry lifetimes as the kernel wants them.
+pub fn ttl(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}

@@ -1,0 +1,391 @@
+//! One instance as a client sees it: its servers (an `Endpoint` each) and the client
+//! stubs. Every stub goes to the server the placement functions name; the stubs never
+//! decide placement themselves.
+
+use spillway_placement::{dentry_server, Layout};
+use spillway_types::{
+    Attr, Errno, InodeNo, InstanceDescriptor, ServerIndex, StripeIndex, Tunables,
+};
+use spillway_wire::messages::*;
+use spillway_wire::{Endpoint, PendingCall, PROTOCOL_VERSION};
+
+pub struct Instance {
+    pub desc: InstanceDescriptor,
+    servers: Vec<Endpoint>,
+}
+
+impl Instance {
+    pub fn new(desc: InstanceDescriptor, tunables: &Tunables, peer_name: &str) -> Instance {
+        let servers = desc
+            .servers
+            .iter()
+            .map(|addr| {
+                let hello = HelloReq {
+                    version_min: PROTOCOL_VERSION,
+                    version_max: PROTOCOL_VERSION,
+                    role: role::CLIENT,
+                    instance: desc.instance,
+                    credential: desc.credential_bytes(),
+                    peer_name: peer_name.to_string(),
+                };
+                Endpoint::new(
+                    addr.clone(),
+                    hello,
+                    tunables.rpc_deadline,
+                    tunables.reconnect_window,
+                )
+            })
+            .collect();
+        Instance { desc, servers }
+    }
+
+    pub fn count(&self) -> u16 {
+        self.servers.len() as u16
+    }
+
+    pub fn server(&self, i: ServerIndex) -> Result<&Endpoint, Errno> {
+        self.servers.get(usize::from(i.0)).ok_or(Errno::ESTALE)
+    }
+
+    fn home(&self, ino: InodeNo) -> Result<&Endpoint, Errno> {
+        self.server(ino.home())
+    }
+
+    pub fn dentry_home(&self, parent: InodeNo, name: &[u8]) -> ServerIndex {
+        dentry_server(parent, name, self.count())
+    }
+
+    fn dentry(&self, parent: InodeNo, name: &[u8]) -> Result<&Endpoint, Errno> {
+        self.server(self.dentry_home(parent, name))
+    }
+
+    pub fn layout(&self, attr: &Attr) -> Layout {
+        Layout::of(attr.ino, attr.stripe_size, attr.stripe_width, self.count())
+    }
+
+    // ---- metadata stubs -------------------------------------------------------------
+
+    pub fn lookup(&self, parent: InodeNo, name: &[u8]) -> Result<(EntryRef, Attr), Errno> {
+        let r = self.dentry(parent, name)?.call(&LookupReq {
+            parent,
+            name: name.to_vec(),
+        })?;
+        let attr = match r.attr {
+            Some(a) => a,
+            None => self.getattr(r.entry.ino)?,
+        };
+        Ok((r.entry, attr))
+    }
+
+    pub fn lookup_entry(&self, parent: InodeNo, name: &[u8]) -> Result<Option<EntryRef>, Errno> {
+        match self.dentry(parent, name)?.call(&LookupReq {
+            parent,
+            name: name.to_vec(),
+        }) {
+            Ok(r) => Ok(Some(r.entry)),
+            Err(e) if e == Errno::ENOENT => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn getattr(&self, ino: InodeNo) -> Result<Attr, Errno> {
+        Ok(self.home(ino)?.call(&GetAttrReq { ino })?.attr)
+    }
+
+    pub fn setattr(&self, req: SetAttrReq) -> Result<Attr, Errno> {
+        Ok(self.home(req.ino)?.call(&req)?.attr)
+    }
+
+    /// Create an inode and its entry on the entry's server (one round trip).
+    pub fn create(&self, req: CreateReq) -> Result<Attr, Errno> {
+        Ok(self.dentry(req.parent, &req.name)?.call(&req)?.attr)
+    }
+
+    pub fn remove_entry(&self, parent: InodeNo, name: &[u8], want: u8) -> Result<EntryRef, Errno> {
+        Ok(self
+            .dentry(parent, name)?
+            .call(&RemoveEntryReq {
+                parent,
+                name: name.to_vec(),
+                want,
+            })?
+            .removed)
+    }
+
+    pub fn insert_entry(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        entry: EntryRef,
+        replace: bool,
+    ) -> Result<Option<EntryRef>, Errno> {
+        let req = InsertEntryReq {
+            parent,
+            name: name.to_vec(),
+            entry,
+            replace,
+        };
+        Ok(self.dentry(parent, name)?.call(&req)?.replaced)
+    }
+
+    /// Rename when both entries live on one server.
+    pub fn rename_local(&self, req: RenameReq) -> Result<RenameReply, Errno> {
+        self.dentry(req.old_parent, &req.old_name)?.call(&req)
+    }
+
+    pub fn link_count(&self, ino: InodeNo, delta: i32) -> Result<Attr, Errno> {
+        Ok(self.home(ino)?.call(&LinkCountReq { ino, delta })?.attr)
+    }
+
+    pub fn touch_dir(&self, ino: InodeNo, nlink_delta: i32) -> Result<(), Errno> {
+        self.home(ino)?
+            .call(&TouchDirReq { ino, nlink_delta })
+            .map(|_| ())
+    }
+
+    /// Seal a directory on every server (it must be empty everywhere). On ENOTEMPTY
+    /// anywhere the seals already made are undone.
+    pub fn seal_dir(&self, ino: InodeNo) -> Result<(), Errno> {
+        let calls: Vec<_> = self
+            .servers
+            .iter()
+            .map(|s| s.start(&SealDirReq { ino }, &[]))
+            .collect();
+        let results: Vec<Result<Empty, Errno>> = calls.into_iter().map(PendingCall::wait).collect();
+        if let Some(err) = results.iter().find_map(|r| r.as_ref().err().copied()) {
+            for (s, r) in self.servers.iter().zip(&results) {
+                if r.is_ok() {
+                    let _ = s.call(&UnsealDirReq { ino });
+                }
+            }
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    pub fn unseal_dir(&self, ino: InodeNo) {
+        for s in &self.servers {
+            let _ = s.call(&UnsealDirReq { ino });
+        }
+    }
+
+    /// Every entry of a directory: its entries are spread over all servers, so ask
+    /// each (in parallel), page by page.
+    pub fn read_dir(&self, dir: InodeNo, page: u32) -> Result<Vec<DirEntry>, Errno> {
+        let mut out = Vec::new();
+        let mut cursors: Vec<Option<Vec<u8>>> = vec![Some(Vec::new()); self.servers.len()];
+        while cursors.iter().any(Option::is_some) {
+            let calls: Vec<_> = self
+                .servers
+                .iter()
+                .zip(&cursors)
+                .map(|(s, c)| {
+                    c.as_ref().map(|after| {
+                        s.start(
+                            &ReadDirReq {
+                                dir,
+                                after: after.clone(),
+                                max: page,
+                            },
+                            &[],
+                        )
+                    })
+                })
+                .collect();
+            for (i, call) in calls.into_iter().enumerate() {
+                let Some(call) = call else { continue };
+                let r = call.wait()?;
+                cursors[i] = if r.more {
+                    r.entries.last().map(|e| e.name.clone())
+                } else {
+                    None
+                };
+                out.extend(r.entries);
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn open(&self, ino: InodeNo, flags: u32) -> Result<Attr, Errno> {
+        Ok(self.home(ino)?.call(&OpenReq { ino, flags })?.attr)
+    }
+
+    pub fn release(&self, ino: InodeNo) -> Result<(), Errno> {
+        self.home(ino)?.call(&ReleaseReq { ino }).map(|_| ())
+    }
+
+    pub fn extend_size(&self, ino: InodeNo, size: u64, touch: bool) -> Result<Attr, Errno> {
+        Ok(self
+            .home(ino)?
+            .call(&ExtendSizeReq { ino, size, touch })?
+            .attr)
+    }
+
+    pub fn set_xattr(
+        &self,
+        ino: InodeNo,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> Result<(), Errno> {
+        let req = SetXattrReq {
+            ino,
+            name: name.to_vec(),
+            value: value.to_vec(),
+            flags,
+        };
+        self.home(ino)?.call(&req).map(|_| ())
+    }
+
+    pub fn get_xattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>, Errno> {
+        Ok(self
+            .home(ino)?
+            .call(&GetXattrReq {
+                ino,
+                name: name.to_vec(),
+            })?
+            .value)
+    }
+
+    pub fn list_xattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>, Errno> {
+        Ok(self.home(ino)?.call(&ListXattrReq { ino })?.names)
+    }
+
+    pub fn remove_xattr(&self, ino: InodeNo, name: &[u8]) -> Result<(), Errno> {
+        self.home(ino)?
+            .call(&RemoveXattrReq {
+                ino,
+                name: name.to_vec(),
+            })
+            .map(|_| ())
+    }
+
+    pub fn read_link(&self, ino: InodeNo) -> Result<Vec<u8>, Errno> {
+        Ok(self.home(ino)?.call(&ReadLinkReq { ino })?.value)
+    }
+
+    /// Per-server space: (capacity, used, inodes) of each fragment.
+    pub fn statfs(&self) -> Result<Vec<StatFsReply>, Errno> {
+        let calls: Vec<_> = self
+            .servers
+            .iter()
+            .map(|s| s.start(&StatFsReq {}, &[]))
+            .collect();
+        calls.into_iter().map(PendingCall::wait).collect()
+    }
+
+    pub fn sync_meta(&self, ino: InodeNo) -> Result<(), Errno> {
+        self.home(ino)?.call(&SyncMetaReq {}).map(|_| ())
+    }
+
+    // ---- data stubs -----------------------------------------------------------------
+
+    /// Read `[offset, offset+len)` of a file of `size` bytes: pieces from their stripes'
+    /// servers in parallel; holes and the part past a stripe's stored end read as zeros.
+    pub fn read(
+        &self,
+        layout: &Layout,
+        ino: InodeNo,
+        offset: u64,
+        len: u32,
+        size: u64,
+    ) -> Result<Vec<u8>, Errno> {
+        let end = offset.saturating_add(u64::from(len)).min(size);
+        if end <= offset {
+            return Ok(Vec::new());
+        }
+        let pieces = layout.pieces(offset, end - offset);
+        let mut calls = Vec::with_capacity(pieces.len());
+        for &(stripe, within, n) in &pieces {
+            let ep = self.server(layout.server_of(stripe))?;
+            calls.push(ep.start(
+                &ReadReq {
+                    ino,
+                    stripe: stripe.0,
+                    offset: within,
+                    len: n,
+                },
+                &[],
+            ));
+        }
+        let mut out = vec![0u8; (end - offset) as usize];
+        let mut pos = 0usize;
+        for (call, &(_, _, n)) in calls.into_iter().zip(&pieces) {
+            let data = call.wait()?;
+            let take = data.len().min(n as usize);
+            out[pos..pos + take].copy_from_slice(&data[..take]);
+            pos += n as usize;
+        }
+        Ok(out)
+    }
+
+    /// Write one run of bytes at `offset`, split over stripes, all pieces in flight at
+    /// once. Returns the servers written to (for a later fsync).
+    pub fn write(
+        &self,
+        layout: &Layout,
+        ino: InodeNo,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Vec<ServerIndex>, Errno> {
+        let pieces = layout.pieces(offset, data.len() as u64);
+        let mut calls = Vec::with_capacity(pieces.len());
+        let mut touched = Vec::new();
+        let mut pos = 0usize;
+        for &(stripe, within, n) in &pieces {
+            let server = layout.server_of(stripe);
+            if !touched.contains(&server) {
+                touched.push(server);
+            }
+            let ep = self.server(server)?;
+            let chunk = &data[pos..pos + n as usize];
+            calls.push(ep.start(
+                &WriteReq {
+                    ino,
+                    stripe: stripe.0,
+                    offset: within,
+                },
+                chunk,
+            ));
+            pos += n as usize;
+        }
+        let mut first_err = None;
+        for call in calls {
+            if let Err(e) = call.wait() {
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(touched),
+        }
+    }
+
+    /// Make a file's data durable on the given servers.
+    pub fn sync_data(&self, ino: InodeNo, servers: &[ServerIndex]) -> Result<(), Errno> {
+        let mut calls = Vec::new();
+        for &s in servers {
+            calls.push(self.server(s)?.start(&SyncDataReq { ino }, &[]));
+        }
+        calls.into_iter().try_for_each(|c| c.wait().map(|_| ()))
+    }
+
+    /// Where a file's stripes are and how many bytes each server holds of it.
+    pub fn stripe_info(
+        &self,
+        layout: &Layout,
+        ino: InodeNo,
+    ) -> Result<Vec<(ServerIndex, StripeLen)>, Errno> {
+        let mut out = Vec::new();
+        for s in layout.servers() {
+            let r = self.server(s)?.call(&StripeInfoReq { ino })?;
+            out.extend(r.stripes.into_iter().map(|x| (s, x)));
+        }
+        out.sort_by_key(|(_, x)| x.stripe);
+        Ok(out)
+    }
+
+    pub fn stripe_of(&self, layout: &Layout, k: u64) -> ServerIndex {
+        layout.server_of(StripeIndex(k))
+    }
+}

@@ -1,0 +1,84 @@
+//! What this client knows about inodes (attributes, kernel lookups, its open files and
+//! their write-back buffers) and its open file and directory handles.
+
+use crate::writeback::WriteBack;
+use spillway_types::{Attr, InodeNo, Timespec};
+use spillway_wire::messages::DirEntry;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub struct Node {
+    /// Last attributes received from the inode's home server.
+    pub attr: Attr,
+    /// Kernel references (lookups minus forgets).
+    pub lookups: u64,
+    /// Open file handles in this client.
+    pub opens: u32,
+    /// The write-back buffer, while the file is open here.
+    pub wb: Option<Arc<WriteBack>>,
+    /// (size, mtime) the kernel's page cache reflects; a different pair at open
+    /// means another client changed the file and the cache must go.
+    pub cached: Option<(u64, Timespec)>,
+}
+
+pub struct OpenFile {
+    pub ino: InodeNo,
+}
+
+#[derive(Default)]
+pub struct Tables {
+    nodes: Mutex<HashMap<InodeNo, Node>>,
+    files: Mutex<HashMap<u64, OpenFile>>,
+    dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
+    next_fh: AtomicU64,
+}
+
+impl Tables {
+    pub fn nodes(&self) -> MutexGuard<'_, HashMap<InodeNo, Node>> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    pub fn files(&self) -> MutexGuard<'_, HashMap<u64, OpenFile>> {
+        self.files.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    pub fn dirs(&self) -> MutexGuard<'_, HashMap<u64, Vec<DirEntry>>> {
+        self.dirs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    pub fn new_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Record attributes from a server; `lookup` counts a kernel reference.
+    pub fn remember(&self, attr: &Attr, lookup: bool) {
+        let mut nodes = self.nodes();
+        let n = nodes.entry(attr.ino).or_insert_with(|| Node {
+            attr: attr.clone(),
+            lookups: 0,
+            opens: 0,
+            wb: None,
+            cached: None,
+        });
+        n.attr = attr.clone();
+        if lookup {
+            n.lookups += 1;
+        }
+    }
+
+    pub fn attr(&self, ino: InodeNo) -> Option<Attr> {
+        self.nodes().get(&ino).map(|n| n.attr.clone())
+    }
+
+    pub fn writeback(&self, ino: InodeNo) -> Option<Arc<WriteBack>> {
+        self.nodes().get(&ino).and_then(|n| n.wb.clone())
+    }
+
+    pub fn forget(&self, ino: InodeNo, n: u64) {
+        let mut nodes = self.nodes();
+        if let Some(node) = nodes.get_mut(&ino) {
+            node.lookups = node.lookups.saturating_sub(n);
+            if node.lookups == 0 && node.opens == 0 {
+                nodes.remove(&ino);
+            }
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! The stripe store of one fragment: one sparse file per stripe under `stripes/`
+//! (FORMAT.md), an in-memory index of what is there, capacity enforcement, and an LRU of
+//! open files. All I/O is positional, so requests on one stripe never share a file
+//! offset.
+//!
+//! Locking: reads, writes and syncs of an inode share its lock; truncate and delete
+//! take it exclusively, so a write can never recreate a stripe file that a concurrent
+//! delete is removing. The index mutex is held only for bookkeeping, never during I/O.
+
+mod fdcache;
+mod index;
+mod naming;
+
+use crate::error::{fs, StoreResult};
+use fdcache::FdCache;
+use index::StripeMap;
+use spillway_types::tunables::MAX_STRIPE_SIZE;
+use spillway_types::{Errno, InodeNo};
+use spillway_wire::StripeLen;
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+/// Inode locks are striped over this many RwLocks (a lock per inode would need a map
+/// that grows with the files).
+const INODE_LOCKS: usize = 64;
+
+pub struct DataStore {
+    dir: PathBuf,
+    capacity: u64,
+    map: Mutex<StripeMap>,
+    cache: FdCache,
+    locks: Vec<RwLock<()>>,
+}
+
+impl DataStore {
+    /// Open the stripes under `dir` (created by the fragment), indexing what is there.
+    pub fn open(dir: &Path, capacity: u64, fd_cache_size: usize) -> StoreResult<DataStore> {
+        let map = scan(dir)?;
+        Ok(DataStore {
+            dir: dir.to_path_buf(),
+            capacity,
+            map: Mutex::new(map),
+            cache: FdCache::new(fd_cache_size),
+            locks: (0..INODE_LOCKS).map(|_| RwLock::new(())).collect(),
+        })
+    }
+
+    fn map(&self) -> MutexGuard<'_, StripeMap> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_of(&self, ino: InodeNo) -> &RwLock<()> {
+        // Counters are sequential, so the low bits spread; fold in the home server too.
+        let h = ino.0 ^ (ino.0 >> 48);
+        &self.locks[(h % INODE_LOCKS as u64) as usize]
+    }
+
+    pub fn used(&self) -> u64 {
+        self.map().used()
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Open stripe files currently cached (tests watch this stay bounded).
+    #[cfg(test)]
+    pub fn cached_files(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The open file of a stripe, from the cache or opened (and created when `create`).
+    fn file(&self, ino: InodeNo, stripe: u64, create: bool) -> std::io::Result<Arc<File>> {
+        if let Some(f) = self.cache.get((ino, stripe)) {
+            return Ok(f);
+        }
+        let path = naming::stripe_path(&self.dir, ino, stripe);
+        let open = |p: &Path| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(create)
+                .mode(0o600)
+                .open(p)
+        };
+        let f = match open(&path) {
+            Err(e) if create && e.kind() == ErrorKind::NotFound => {
+                // The bucket directory is made on first use. create_dir, not
+                // create_dir_all: a destroyed fragment's directory must stay gone.
+                if let Some(bucket) = path.parent() {
+                    match std::fs::create_dir(bucket) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                open(&path)?
+            }
+            r => r?,
+        };
+        Ok(self.cache.insert((ino, stripe), f))
+    }
+
+    pub fn write(&self, ino: InodeNo, stripe: u64, offset: u32, data: &[u8]) -> StoreResult<u32> {
+        let end = u64::from(offset) + data.len() as u64;
+        if end > u64::from(MAX_STRIPE_SIZE) {
+            return Err(fs(Errno::EINVAL));
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
+        self.map()
+            .reserve(ino, stripe, end, self.capacity)
+            .map_err(|_| fs(Errno::ENOSPC))?;
+        let written = self
+            .file(ino, stripe, true)
+            .and_then(|f| f.write_all_at(data, u64::from(offset)));
+        if let Err(e) = written {
+            // The reservation may now overstate the stripe: take the file's real length.
+            self.resync(ino, stripe);
+            return Err(e.into());
+        }
+        self.map().mark_dirty(ino, stripe);
+        Ok(data.len() as u32)
+    }
+
+    /// Set the index entry of a stripe from the file itself, after a failed write.
+    fn resync(&self, ino: InodeNo, stripe: u64) {
+        let path = naming::stripe_path(&self.dir, ino, stripe);
+        match std::fs::metadata(&path) {
+            Ok(m) => self.map().set(ino, stripe, m.len()),
+            Err(_) => {
+                self.cache.evict((ino, stripe));
+                self.map().remove(ino, stripe);
+            }
+        }
+    }
+
+    pub fn read(&self, ino: InodeNo, stripe: u64, offset: u32, len: u32) -> StoreResult<Vec<u8>> {
+        if len > MAX_STRIPE_SIZE {
+            return Err(fs(Errno::EINVAL));
+        }
+        let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
+        let Some(stripe_len) = self.map().len(ino, stripe) else {
+            return Ok(Vec::new());
+        };
+        // Allocate no more than the stripe holds: a hostile len cannot cost memory.
+        let n = stripe_len
+            .saturating_sub(u64::from(offset))
+            .min(u64::from(len)) as usize;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let f = match self.file(ino, stripe, false) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut buf = vec![0u8; n];
+        let mut got = 0;
+        while got < n {
+            match f.read_at(&mut buf[got..], u64::from(offset) + got as u64) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        buf.truncate(got);
+        Ok(buf)
+    }
+
+    /// Cut the file of `ino` to `size` bytes: stripes wholly past it go, the stripe it
+    /// falls in is shortened.
+    pub fn truncate(&self, ino: InodeNo, size: u64, stripe_size: u32) -> StoreResult<()> {
+        if stripe_size == 0 {
+            return Err(fs(Errno::EINVAL));
+        }
+        let _g = self.lock_of(ino).write().unwrap_or_else(|e| e.into_inner());
+        let stripes = self.map().stripes(ino);
+        for (k, len) in stripes {
+            match k.checked_mul(u64::from(stripe_size)) {
+                Some(start) if start < size => {
+                    let keep = size - start;
+                    if keep < len {
+                        self.file(ino, k, false)?.set_len(keep)?;
+                        self.map().set(ino, k, keep);
+                    }
+                }
+                _ => self.delete_stripe(ino, k)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove one stripe file; the caller holds the inode's lock exclusively.
+    fn delete_stripe(&self, ino: InodeNo, stripe: u64) -> StoreResult<()> {
+        self.cache.evict((ino, stripe));
+        match std::fs::remove_file(naming::stripe_path(&self.dir, ino, stripe)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.map().remove(ino, stripe);
+        Ok(())
+    }
+
+    pub fn delete(&self, ino: InodeNo) -> StoreResult<()> {
+        let _g = self.lock_of(ino).write().unwrap_or_else(|e| e.into_inner());
+        let stripes = self.map().stripes(ino);
+        for (k, _) in stripes {
+            self.delete_stripe(ino, k)?;
+        }
+        Ok(())
+    }
+
+    /// fdatasync every stripe of `ino` written since its last sync.
+    pub fn sync(&self, ino: InodeNo) -> StoreResult<()> {
+        let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
+        let dirty = self.map().take_dirty(ino);
+        for (i, &k) in dirty.iter().enumerate() {
+            let r = match self.file(ino, k, false) {
+                Ok(f) => f.sync_data(),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                // Whatever was not synced stays owed to the next sync.
+                let mut map = self.map();
+                for &k in &dirty[i..] {
+                    map.mark_dirty(ino, k);
+                }
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    pub fn stripe_info(&self, ino: InodeNo) -> Vec<StripeLen> {
+        self.map()
+            .stripes(ino)
+            .into_iter()
+            .map(|(stripe, len)| StripeLen { stripe, len })
+            .collect()
+    }
+
+    /// Close every cached file (fragment destroyed or server stopping).
+    pub fn close(&self) {
+        self.cache.clear();
+    }
+}
+
+/// Index every stripe file under `dir`. Names this server did not write are logged and
+/// left alone: deleting what we do not understand could destroy data.
+fn scan(dir: &Path) -> StoreResult<StripeMap> {
+    let mut map = StripeMap::default();
+    for bucket in std::fs::read_dir(dir)? {
+        let bucket = bucket?;
+        let bname = bucket.file_name();
+        let Some(bname) = bname
+            .to_str()
+            .filter(|b| b.len() == 2 && bucket.path().is_dir())
+        else {
+            tracing::warn!("ignoring unexpected {}", bucket.path().display());
+            continue;
+        };
+        for file in std::fs::read_dir(bucket.path())? {
+            let file = file?;
+            let fname = file.file_name();
+            let parsed = fname.to_str().and_then(|f| naming::parse(bname, f));
+            let meta = file.metadata()?;
+            match parsed {
+                Some((ino, stripe)) if meta.is_file() => map.set(ino, stripe, meta.len()),
+                _ => tracing::warn!("ignoring unexpected {}", file.path().display()),
+            }
+        }
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests;

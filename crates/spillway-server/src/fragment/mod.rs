@@ -1,0 +1,330 @@
+//! One fragment: this server's share of one instance. Owns the fragment's metadata
+//! store, stripe store, open-handle counts and peer connections, and carries out what
+//! spans them: truncation on every server of a layout, and purging inodes left with no
+//! link and no open handle.
+//!
+//! Lock order: `opens` before the metadata store's lock. Open, release and the purge
+//! decision all run under `opens`, so an inode cannot be opened while it is purged, and
+//! the last unlink racing the last close purges exactly once (each side writes its own
+//! state, then reads the other's, under the same lock).
+
+pub mod config;
+mod opens;
+mod peers;
+
+pub use opens::OpenCounts;
+
+use crate::data::DataStore;
+use crate::error::{fs, StoreError, StoreResult};
+use crate::meta::{Home, MetaStore, PurgeRecord, RootSpec};
+use crate::purge::PurgeWaker;
+use config::FragmentConfig;
+use peers::Peers;
+use spillway_placement::Layout;
+use spillway_types::{Attr, Errno, FileKind, InodeNo, ServerIndex, Tunables};
+use spillway_wire::{
+    setattr, DeleteDataReq, FragmentCreateReq, FragmentInfo, SetAttrReq, TruncateDataReq,
+};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+const CONFIG_FILE: &str = "fragment.json";
+const META_FILE: &str = "meta.sqlite";
+const STRIPES_DIR: &str = "stripes";
+
+/// What every fragment of a server shares: tunables and the purge thread's doorbell.
+#[derive(Clone)]
+pub struct FragmentEnv {
+    pub tunables: Tunables,
+    pub waker: PurgeWaker,
+}
+
+pub struct Fragment {
+    pub config: FragmentConfig,
+    dir: PathBuf,
+    pub meta: MetaStore,
+    pub data: DataStore,
+    opens: Mutex<OpenCounts>,
+    /// For calls made while a request waits (truncation).
+    peers: Peers,
+    /// For the purge thread: no reconnect window, because the purge loop retries on its
+    /// own every few seconds and must not sit in one peer's window while stopping.
+    purge_peers: Peers,
+    closed: AtomicBool,
+    waker: PurgeWaker,
+}
+
+impl Fragment {
+    /// Build a new fragment directory for `req` under `fragments` and open it. The
+    /// directory is assembled under a temporary name and renamed into place, so a
+    /// crash never leaves half a fragment (FORMAT.md).
+    pub fn create(
+        fragments: &Path,
+        req: &FragmentCreateReq,
+        env: &FragmentEnv,
+    ) -> StoreResult<Arc<Fragment>> {
+        let config = FragmentConfig::from_request(req)?;
+        let dir = fragments.join(req.instance.to_string());
+        let tmp = fragments.join(format!(".{}.creating", req.instance));
+        remove_tree(&tmp)?;
+        std::fs::create_dir(&tmp)?;
+        std::fs::create_dir(tmp.join(STRIPES_DIR))?;
+        config.save(&tmp.join(CONFIG_FILE))?;
+        // Counter 1 of server 0 is the root directory.
+        let (first_counter, root) = if req.index == 0 {
+            let root = RootSpec {
+                uid: req.root_uid,
+                gid: req.root_gid,
+                mode: req.root_mode,
+                stripe_size: req.stripe_size,
+                stripe_width: config.count(),
+            };
+            (2, Some(root))
+        } else {
+            (1, None)
+        };
+        MetaStore::init(&tmp.join(META_FILE), first_counter, root)?.close()?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &dir)?;
+        std::fs::File::open(fragments)?.sync_all()?;
+        Fragment::open(&dir, env)
+    }
+
+    /// Open an existing fragment directory.
+    pub fn open(dir: &Path, env: &FragmentEnv) -> StoreResult<Arc<Fragment>> {
+        let config = FragmentConfig::load(&dir.join(CONFIG_FILE))?;
+        let meta = MetaStore::open(&dir.join(META_FILE))?;
+        let data = DataStore::open(
+            &dir.join(STRIPES_DIR),
+            config.capacity,
+            env.tunables.fd_cache_size,
+        )?;
+        let t = &env.tunables;
+        Ok(Arc::new(Fragment {
+            peers: Peers::new(&config, t.rpc_deadline, t.reconnect_window),
+            purge_peers: Peers::new(&config, t.rpc_deadline, Duration::ZERO),
+            config,
+            dir: dir.to_path_buf(),
+            meta,
+            data,
+            opens: Mutex::new(OpenCounts::default()),
+            closed: AtomicBool::new(false),
+            waker: env.waker.clone(),
+        }))
+    }
+
+    /// True once destroyed or closed: requests then get ESTALE.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Stop serving: close the database (checkpointing it) and every open file.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        if let Err(e) = self.meta.close() {
+            tracing::error!(
+                instance = self.config.instance,
+                "closing metadata store: {e}"
+            );
+        }
+        self.data.close();
+        self.peers.disconnect_all();
+        self.purge_peers.disconnect_all();
+    }
+
+    /// Close, then remove the fragment from disk: renamed away first (so it is gone at
+    /// once, even if the removal is cut short) then deleted.
+    pub fn destroy(&self, fragments: &Path) -> StoreResult<()> {
+        self.close();
+        let doomed = fragments.join(format!(".{}.destroying", self.config.instance));
+        remove_tree(&doomed)?;
+        std::fs::rename(&self.dir, &doomed)?;
+        std::fs::File::open(fragments)?.sync_all()?;
+        remove_tree(&doomed)
+    }
+
+    pub fn index(&self) -> ServerIndex {
+        self.config.server_index()
+    }
+
+    pub fn home(&self) -> Home {
+        Home {
+            index: self.index(),
+            count: self.config.count(),
+            default_stripe_size: self.config.stripe_size,
+        }
+    }
+
+    pub fn info(&self) -> StoreResult<FragmentInfo> {
+        Ok(FragmentInfo {
+            instance: self.config.instance,
+            index: self.config.index,
+            count: self.config.count(),
+            capacity: self.config.capacity,
+            used: self.data.used(),
+            inodes: self.meta.inode_count()?,
+        })
+    }
+
+    fn layout(&self, ino: InodeNo, stripe_size: u32, stripe_width: u16) -> Layout {
+        Layout::of(ino, stripe_size, stripe_width, self.config.count())
+    }
+
+    /// SetAttr. A size change on a regular file first cuts the data on every server of
+    /// its layout. Not only when shrinking below the stored size: the stored size may lag
+    /// behind data a writer has not reported yet, and bytes past the new size must be
+    /// gone whatever the stored size says.
+    pub fn set_attr(&self, req: &SetAttrReq) -> StoreResult<Attr> {
+        if req.valid & setattr::SIZE != 0 {
+            let cur = self.meta.get_attr(req.ino)?;
+            if cur.kind == FileKind::Regular {
+                self.truncate_everywhere(&cur, req.size)?;
+            }
+        }
+        self.meta.set_attr(req)
+    }
+
+    fn truncate_everywhere(&self, a: &Attr, size: u64) -> StoreResult<()> {
+        let req = TruncateDataReq {
+            ino: a.ino,
+            size,
+            stripe_size: a.stripe_size,
+        };
+        let layout = self.layout(a.ino, a.stripe_size, a.stripe_width);
+        let remote: Vec<ServerIndex> = layout.servers().filter(|&s| s != self.index()).collect();
+        let endpoints = remote
+            .iter()
+            .map(|&s| self.peers.get(s).ok_or(fs(Errno::EIO)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        // Every server's truncation in flight at once, ours meanwhile.
+        let calls: Vec<_> = endpoints.iter().map(|ep| ep.start(&req, &[])).collect();
+        let local = self.data.truncate(a.ino, size, a.stripe_size);
+        let mut first_err = local.err();
+        for (call, s) in calls.into_iter().zip(&remote) {
+            if let Err(e) = call.wait() {
+                tracing::warn!(ino = %a.ino, server = %s, "truncating data on peer failed: {e}");
+                first_err.get_or_insert(fs(e));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn lock_opens(&self) -> MutexGuard<'_, OpenCounts> {
+        self.opens.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Purge `ino` if nothing has it open and it has no link; the caller holds `opens`.
+    fn purge_if_unused(&self, opens: &OpenCounts, ino: InodeNo) {
+        if opens.count(ino) > 0 || self.is_closed() {
+            return;
+        }
+        let unlinked = matches!(self.meta.get_attr(ino), Ok(a) if a.nlink == 0);
+        if !unlinked {
+            return;
+        }
+        match self.meta.begin_purge(ino) {
+            Ok(true) => self.waker.wake(),
+            Ok(false) => {}
+            // The inode stays an orphan: purged at the next start.
+            Err(e) => tracing::warn!(ino = %ino, "cannot purge: {e}"),
+        }
+    }
+
+    /// LinkCount: the reply shows the new count even when the inode was purged.
+    pub fn link_count(&self, ino: InodeNo, delta: i32) -> StoreResult<Attr> {
+        let a = self.meta.link_count(ino, delta)?;
+        if a.nlink == 0 {
+            self.purge_if_unused(&self.lock_opens(), ino);
+        }
+        Ok(a)
+    }
+
+    /// Count one open of `ino` (which must exist).
+    pub fn open_inode(&self, ino: InodeNo) -> StoreResult<Attr> {
+        let mut opens = self.lock_opens();
+        let a = self.meta.get_attr(ino)?;
+        opens.add(ino, 1);
+        Ok(a)
+    }
+
+    /// Drop `n` opens of `ino`; the last one purges an unlinked inode.
+    pub fn release(&self, ino: InodeNo, n: u64) {
+        let mut opens = self.lock_opens();
+        let (taken, left) = opens.sub(ino, n);
+        if taken > 0 && left == 0 {
+            self.purge_if_unused(&opens, ino);
+        }
+    }
+
+    /// Purge every inode left without links (at start, when nothing is open).
+    pub fn purge_orphans(&self) -> StoreResult<usize> {
+        let orphans = self.meta.orphans()?;
+        let opens = self.lock_opens();
+        for &ino in &orphans {
+            self.purge_if_unused(&opens, ino);
+        }
+        Ok(orphans.len())
+    }
+
+    /// Try every pending purge once; returns how many are still pending.
+    pub fn purge_pass(&self) -> usize {
+        if self.is_closed() {
+            return 0;
+        }
+        let pending = match self.meta.pending_purges() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(instance = self.config.instance, "cannot read purges: {e}");
+                return 0;
+            }
+        };
+        let mut left = 0;
+        for rec in pending {
+            if self.is_closed() {
+                break;
+            }
+            match self
+                .purge_data(&rec)
+                .and_then(|()| self.meta.finish_purge(rec.ino))
+            {
+                Ok(()) => {
+                    tracing::debug!(instance = self.config.instance, ino = %rec.ino, "purged")
+                }
+                Err(e) => {
+                    tracing::debug!(instance = self.config.instance, ino = %rec.ino, "purge pending: {e}");
+                    left += 1;
+                }
+            }
+        }
+        left
+    }
+
+    /// Delete the stripes of a purged inode here and on every other server of its layout.
+    fn purge_data(&self, rec: &PurgeRecord) -> StoreResult<()> {
+        let req = DeleteDataReq { ino: rec.ino };
+        let layout = self.layout(rec.ino, rec.stripe_size, rec.stripe_width);
+        let endpoints = layout
+            .servers()
+            .filter(|&s| s != self.index())
+            .map(|s| self.purge_peers.get(s).ok_or(fs(Errno::EIO)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let calls: Vec<_> = endpoints.iter().map(|ep| ep.start(&req, &[])).collect();
+        let mut result = self.data.delete(rec.ino);
+        for call in calls {
+            if let Err(e) = call.wait() {
+                result = result.and(Err(StoreError::Fs(e)));
+            }
+        }
+        result
+    }
+}
+
+fn remove_tree(p: &Path) -> StoreResult<()> {
+    match std::fs::remove_dir_all(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,120 @@
+//! The metadata store of one fragment: one SQLite database (format in FORMAT.md) behind
+//! one mutex. SQLite serialises writers anyway, and one connection lets every request
+//! reuse cached prepared statements; each request holds the lock for one short
+//! transaction only, never across network calls.
+//!
+//! * `schema`    — creating and opening the database.
+//! * `rows`      — inode and entry rows to and from `Attr`/`EntryRef`.
+//! * `namespace` — directory entries: create, remove, insert, rename, readdir, seal.
+//! * `inodes`    — attributes: getattr, setattr, link counts, sizes, symlinks.
+//! * `xattrs`    — extended attributes.
+//! * `purges`    — the purge log of inodes whose data is being deleted.
+
+mod inodes;
+mod namespace;
+mod purges;
+mod rows;
+mod schema;
+mod xattrs;
+
+pub use namespace::Home;
+pub use purges::PurgeRecord;
+pub use schema::RootSpec;
+
+use crate::error::{fs, StoreResult};
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+use spillway_types::Errno;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+pub struct MetaStore {
+    path: PathBuf,
+    /// `None` once closed (fragment destroyed or server stopping): requests get ESTALE.
+    conn: Mutex<Option<Connection>>,
+}
+
+impl MetaStore {
+    /// Create a new database at `path` (which must not exist) with its first inode
+    /// counter, and the root directory when `root` is given.
+    pub fn init(path: &Path, first_counter: u64, root: Option<RootSpec>) -> StoreResult<MetaStore> {
+        let mut conn = schema::create(path, first_counter)?;
+        if let Some(root) = root {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            schema::insert_root(&tx, &root)?;
+            tx.commit()?;
+        }
+        Ok(MetaStore {
+            path: path.to_path_buf(),
+            conn: Mutex::new(Some(conn)),
+        })
+    }
+
+    /// Open an existing database.
+    pub fn open(path: &Path) -> StoreResult<MetaStore> {
+        let conn = schema::open(path)?;
+        Ok(MetaStore {
+            path: path.to_path_buf(),
+            conn: Mutex::new(Some(conn)),
+        })
+    }
+
+    /// Run `f` on the connection (no transaction: single statements are atomic).
+    fn with<R>(&self, f: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
+        let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let conn = guard.as_mut().ok_or(fs(Errno::ESTALE))?;
+        f(conn)
+    }
+
+    /// Run `f` in one write transaction, committed if `f` succeeds and rolled back
+    /// (by dropping it) otherwise.
+    fn txn<R>(&self, f: impl FnOnce(&Transaction<'_>) -> StoreResult<R>) -> StoreResult<R> {
+        self.with(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let r = f(&tx)?;
+            tx.commit()?;
+            Ok(r)
+        })
+    }
+
+    /// Make every committed transaction durable: with `synchronous = NORMAL` commits
+    /// reach the WAL file without an fsync, so sync the WAL (and the main file, which
+    /// checkpoints write to). Holding the lock keeps a commit from racing the sync.
+    pub fn sync(&self) -> StoreResult<()> {
+        self.with(|_conn| {
+            for suffix in ["-wal", ""] {
+                let mut p = self.path.clone().into_os_string();
+                p.push(suffix);
+                match std::fs::File::open(&p) {
+                    Ok(f) => f.sync_data()?,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Checkpoint the WAL into the main file and close the database. Later calls fail
+    /// with ESTALE. Closing twice is fine.
+    pub fn close(&self) -> StoreResult<()> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(conn) = conn {
+            conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+            conn.close().map_err(|(_, e)| e)?;
+        }
+        Ok(())
+    }
+
+    /// Number of inodes homed here.
+    pub fn inode_count(&self) -> StoreResult<u64> {
+        self.with(|c| {
+            let n: i64 = c
+                .prepare_cached("SELECT COUNT(*) FROM inodes")?
+                .query_row([], |r| r.get(0))?;
+            Ok(n.max(0) as u64)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

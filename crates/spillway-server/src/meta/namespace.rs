@@ -1,0 +1,251 @@
+//! Directory entries: everything keyed by (parent, name). A request reaches the server
+//! that `dentry_server(parent, name)` names, so every check here is local; what spans
+//! servers (a directory's emptiness, a rename across servers) the client composes from
+//! these steps and the seal.
+
+use crate::error::{fs, StoreResult};
+use crate::meta::{rows, MetaStore};
+use crate::names::{check_name, check_symlink_target};
+use spillway_types::ids::INODE_COUNTER_BITS;
+use spillway_types::tunables::MAX_STRIPE_SIZE;
+use spillway_types::{Attr, Errno, FileKind, InodeNo, ServerIndex, Timespec};
+use spillway_wire::{
+    rename_flags, want, CreateReq, EntryRef, LookupReply, ReadDirReply, RenameReply,
+};
+
+/// Most entries one readdir page returns, whatever the caller asks.
+pub const MAX_READDIR_PAGE: u32 = 65536;
+
+/// Where this store sits in its instance: what `CreateReq` needs to place and shape a
+/// new inode.
+#[derive(Clone, Copy, Debug)]
+pub struct Home {
+    pub index: ServerIndex,
+    pub count: u16,
+    pub default_stripe_size: u32,
+}
+
+impl MetaStore {
+    pub fn lookup(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        here: ServerIndex,
+    ) -> StoreResult<LookupReply> {
+        check_name(name)?;
+        self.with(|c| {
+            let entry = rows::get_entry(c, parent, name)?.ok_or(fs(Errno::ENOENT))?;
+            let attr = if entry.ino.home() == here {
+                rows::get_inode(c, entry.ino)?
+            } else {
+                None
+            };
+            Ok(LookupReply { entry, attr })
+        })
+    }
+
+    /// Create an inode homed here and its entry, in one transaction.
+    pub fn create(&self, req: &CreateReq, home: Home) -> StoreResult<Attr> {
+        check_name(&req.name)?;
+        let target: &[u8] = if req.kind == FileKind::Symlink {
+            &req.target
+        } else {
+            &[]
+        };
+        check_symlink_target(target)?;
+        let stripe_size = if req.stripe_size == 0 {
+            home.default_stripe_size
+        } else {
+            req.stripe_size
+        };
+        if stripe_size == 0 || stripe_size % 4096 != 0 || stripe_size > MAX_STRIPE_SIZE {
+            return Err(fs(Errno::EINVAL));
+        }
+        let count = home.count.max(1);
+        let stripe_width = if req.stripe_width == 0 {
+            count
+        } else {
+            req.stripe_width.min(count)
+        };
+        self.txn(|tx| {
+            if rows::is_sealed(tx, req.parent)? {
+                return Err(fs(Errno::ENOENT));
+            }
+            if rows::get_entry(tx, req.parent, &req.name)?.is_some() {
+                return Err(fs(Errno::EEXIST));
+            }
+            let counter = rows::next_counter(tx)?;
+            if counter >= 1 << INODE_COUNTER_BITS {
+                // Inode numbers of this server are used up; nothing more can be created.
+                return Err(fs(Errno::ENOSPC));
+            }
+            let now = Timespec::now();
+            let attr = Attr {
+                ino: InodeNo::compose(home.index, counter),
+                kind: req.kind,
+                mode: req.mode & 0o7777,
+                nlink: if req.kind == FileKind::Directory {
+                    2
+                } else {
+                    1
+                },
+                uid: req.uid,
+                gid: req.gid,
+                rdev: req.rdev,
+                size: target.len() as u64,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                stripe_size,
+                stripe_width,
+            };
+            rows::insert_inode(tx, &attr, target)?;
+            rows::put_entry(
+                tx,
+                req.parent,
+                &req.name,
+                &EntryRef {
+                    ino: attr.ino,
+                    kind: attr.kind,
+                },
+            )?;
+            Ok(attr)
+        })
+    }
+
+    pub fn remove_entry(&self, parent: InodeNo, name: &[u8], wanted: u8) -> StoreResult<EntryRef> {
+        check_name(name)?;
+        self.txn(|tx| {
+            let entry = rows::get_entry(tx, parent, name)?.ok_or(fs(Errno::ENOENT))?;
+            let is_dir = entry.kind == FileKind::Directory;
+            match wanted {
+                want::NOT_DIR if is_dir => return Err(fs(Errno::EISDIR)),
+                want::DIR if !is_dir => return Err(fs(Errno::ENOTDIR)),
+                want::ANY | want::NOT_DIR | want::DIR => {}
+                _ => return Err(fs(Errno::EINVAL)),
+            }
+            rows::delete_entry(tx, parent, name)?;
+            Ok(entry)
+        })
+    }
+
+    pub fn insert_entry(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        entry: &EntryRef,
+        replace: bool,
+    ) -> StoreResult<Option<EntryRef>> {
+        check_name(name)?;
+        self.txn(|tx| {
+            if rows::is_sealed(tx, parent)? {
+                return Err(fs(Errno::ENOENT));
+            }
+            let old = rows::get_entry(tx, parent, name)?;
+            if old.is_some() && !replace {
+                return Err(fs(Errno::EEXIST));
+            }
+            rows::put_entry(tx, parent, name, entry)?;
+            Ok(old)
+        })
+    }
+
+    /// Rename with both entries on this server, atomically (renameat2 semantics for the
+    /// flags; the checks that need other servers are the client's).
+    pub fn rename(
+        &self,
+        old_parent: InodeNo,
+        old_name: &[u8],
+        new_parent: InodeNo,
+        new_name: &[u8],
+        flags: u32,
+    ) -> StoreResult<RenameReply> {
+        check_name(old_name)?;
+        check_name(new_name)?;
+        let noreplace = flags & rename_flags::NOREPLACE != 0;
+        let exchange = flags & rename_flags::EXCHANGE != 0;
+        if flags & !(rename_flags::NOREPLACE | rename_flags::EXCHANGE) != 0
+            || (noreplace && exchange)
+        {
+            return Err(fs(Errno::EINVAL));
+        }
+        let same_slot = old_parent == new_parent && old_name == new_name;
+        self.txn(|tx| {
+            let src = rows::get_entry(tx, old_parent, old_name)?.ok_or(fs(Errno::ENOENT))?;
+            let dst = rows::get_entry(tx, new_parent, new_name)?;
+            if noreplace && dst.is_some() {
+                return Err(fs(Errno::EEXIST));
+            }
+            if exchange {
+                let dst = dst.ok_or(fs(Errno::ENOENT))?;
+                if !same_slot {
+                    rows::put_entry(tx, old_parent, old_name, &dst)?;
+                    rows::put_entry(tx, new_parent, new_name, &src)?;
+                }
+                return Ok(RenameReply {
+                    moved: src,
+                    replaced: Some(dst),
+                });
+            }
+            if let Some(d) = &dst {
+                let (src_dir, dst_dir) = (
+                    src.kind == FileKind::Directory,
+                    d.kind == FileKind::Directory,
+                );
+                if src_dir && !dst_dir {
+                    return Err(fs(Errno::ENOTDIR));
+                }
+                if !src_dir && dst_dir {
+                    return Err(fs(Errno::EISDIR));
+                }
+                if d.ino == src.ino {
+                    // Two names of one inode (or the same name): POSIX says do nothing.
+                    return Ok(RenameReply {
+                        moved: src,
+                        replaced: None,
+                    });
+                }
+            }
+            if rows::is_sealed(tx, new_parent)? {
+                return Err(fs(Errno::ENOENT));
+            }
+            rows::delete_entry(tx, old_parent, old_name)?;
+            rows::put_entry(tx, new_parent, new_name, &src)?;
+            Ok(RenameReply {
+                moved: src,
+                replaced: dst,
+            })
+        })
+    }
+
+    pub fn read_dir(&self, dir: InodeNo, after: &[u8], max: u32) -> StoreResult<ReadDirReply> {
+        let max = max.min(MAX_READDIR_PAGE);
+        self.with(|c| {
+            // One row more than asked tells whether another page follows.
+            let mut entries = rows::list_entries(c, dir, after, max + 1)?;
+            let more = entries.len() > max as usize;
+            entries.truncate(max as usize);
+            Ok(ReadDirReply { entries, more })
+        })
+    }
+
+    /// Seal `dir` on this server if it holds none of its entries.
+    pub fn seal_dir(&self, dir: InodeNo) -> StoreResult<()> {
+        self.txn(|tx| {
+            if rows::has_entries(tx, dir)? {
+                return Err(fs(Errno::ENOTEMPTY));
+            }
+            tx.prepare_cached("INSERT OR IGNORE INTO sealed(ino) VALUES (?1)")?
+                .execute([rows::ino_sql(dir)])?;
+            Ok(())
+        })
+    }
+
+    pub fn unseal_dir(&self, dir: InodeNo) -> StoreResult<()> {
+        self.with(|c| {
+            c.prepare_cached("DELETE FROM sealed WHERE ino = ?1")?
+                .execute([rows::ino_sql(dir)])?;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,130 @@
+//! Creating and opening a fragment's database. The DDL here is the format FORMAT.md
+//! documents; `schema_version` guards against opening a database of another format.
+
+use crate::error::{StoreError, StoreResult};
+use crate::meta::rows;
+use rusqlite::{params, Connection, OptionalExtension};
+use spillway_types::{Attr, FileKind, Timespec, ROOT_INODE};
+use std::path::Path;
+
+pub const SCHEMA_VERSION: i64 = 1;
+
+const DDL: &str = "
+CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE inodes(
+    ino INTEGER PRIMARY KEY,
+    kind INTEGER NOT NULL,
+    mode INTEGER NOT NULL,
+    nlink INTEGER NOT NULL,
+    uid INTEGER NOT NULL,
+    gid INTEGER NOT NULL,
+    rdev INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    atime_s INTEGER NOT NULL, atime_ns INTEGER NOT NULL,
+    mtime_s INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+    ctime_s INTEGER NOT NULL, ctime_ns INTEGER NOT NULL,
+    stripe_size INTEGER NOT NULL,
+    stripe_width INTEGER NOT NULL,
+    target BLOB NOT NULL
+);
+CREATE TABLE dentries(
+    parent INTEGER NOT NULL,
+    name BLOB NOT NULL,
+    child INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    PRIMARY KEY(parent, name)
+) WITHOUT ROWID;
+CREATE TABLE xattrs(
+    ino INTEGER NOT NULL,
+    name BLOB NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY(ino, name)
+) WITHOUT ROWID;
+CREATE TABLE sealed(ino INTEGER PRIMARY KEY);
+CREATE TABLE purges(ino INTEGER PRIMARY KEY, stripe_size INTEGER NOT NULL, stripe_width INTEGER NOT NULL);
+";
+
+/// Owner and mode of a new instance's root directory.
+#[derive(Clone, Copy, Debug)]
+pub struct RootSpec {
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+    pub stripe_size: u32,
+    pub stripe_width: u16,
+}
+
+fn configure(conn: &Connection) -> StoreResult<()> {
+    // journal_mode answers with a row, so it is queried rather than executed.
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Corrupt(format!(
+            "database refused WAL mode (got {mode})"
+        )));
+    }
+    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+pub fn create(path: &Path, first_counter: u64) -> StoreResult<Connection> {
+    let mut conn = Connection::open(path)?;
+    configure(&conn)?;
+    let tx = conn.transaction()?;
+    tx.execute_batch(DDL)?;
+    tx.execute(
+        "INSERT INTO meta(key, value) VALUES ('schema_version', ?1)",
+        params![SCHEMA_VERSION],
+    )?;
+    tx.execute(
+        "INSERT INTO meta(key, value) VALUES ('next_inode', ?1)",
+        params![rows::sql_u64(first_counter)],
+    )?;
+    tx.commit()?;
+    Ok(conn)
+}
+
+pub fn open(path: &Path) -> StoreResult<Connection> {
+    if !path.exists() {
+        return Err(StoreError::Corrupt(format!(
+            "{} is missing",
+            path.display()
+        )));
+    }
+    let conn = Connection::open(path)?;
+    configure(&conn)?;
+    let version: Option<i64> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if version != Some(SCHEMA_VERSION) {
+        return Err(StoreError::Corrupt(format!(
+            "{}: schema version {version:?}, this server reads {SCHEMA_VERSION}",
+            path.display()
+        )));
+    }
+    Ok(conn)
+}
+
+pub fn insert_root(conn: &Connection, root: &RootSpec) -> StoreResult<()> {
+    let now = Timespec::now();
+    let attr = Attr {
+        ino: ROOT_INODE,
+        kind: FileKind::Directory,
+        mode: root.mode & 0o7777,
+        nlink: 2,
+        uid: root.uid,
+        gid: root.gid,
+        rdev: 0,
+        size: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        stripe_size: root.stripe_size,
+        stripe_width: root.stripe_width,
+    };
+    rows::insert_inode(conn, &attr, &[])
+}

@@ -1,0 +1,465 @@
+//! Unit tests of the metadata store against a real SQLite file in a temp directory.
+
+use super::*;
+use crate::error::StoreError;
+use spillway_types::{Attr, Errno, FileKind, InodeNo, ServerIndex, Timespec, ROOT_INODE};
+use spillway_wire::{rename_flags, setattr, want, xattr_flags, CreateReq, EntryRef, SetAttrReq};
+
+const HOME: Home = Home {
+    index: ServerIndex(0),
+    count: 2,
+    default_stripe_size: 1 << 20,
+};
+
+fn store() -> (tempfile::TempDir, MetaStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = RootSpec {
+        uid: 10,
+        gid: 20,
+        mode: 0o40755,
+        stripe_size: 1 << 20,
+        stripe_width: 2,
+    };
+    let m = MetaStore::init(&dir.path().join("meta.sqlite"), 2, Some(root)).unwrap();
+    (dir, m)
+}
+
+fn errno<T: std::fmt::Debug>(r: Result<T, StoreError>) -> Errno {
+    r.expect_err("expected an error").errno()
+}
+
+fn create(m: &MetaStore, parent: InodeNo, name: &str, kind: FileKind) -> Result<Attr, StoreError> {
+    m.create(
+        &CreateReq {
+            parent,
+            name: name.as_bytes().to_vec(),
+            kind,
+            mode: 0o100644,
+            uid: 1,
+            gid: 2,
+            rdev: 0,
+            target: if kind == FileKind::Symlink {
+                b"/some/where".to_vec()
+            } else {
+                Vec::new()
+            },
+            stripe_size: 0,
+            stripe_width: 0,
+        },
+        HOME,
+    )
+}
+
+#[test]
+fn root_inode_is_created() {
+    let (_d, m) = store();
+    let a = m.get_attr(ROOT_INODE).unwrap();
+    assert_eq!(a.kind, FileKind::Directory);
+    assert_eq!((a.mode, a.uid, a.gid, a.nlink), (0o755, 10, 20, 2));
+}
+
+#[test]
+fn create_lookup_and_errnos() {
+    let (_d, m) = store();
+    let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
+    assert_eq!(a.ino, InodeNo::compose(ServerIndex(0), 2));
+    assert_eq!(
+        (a.mode, a.nlink, a.size, a.stripe_size, a.stripe_width),
+        (0o644, 1, 0, 1 << 20, 2)
+    );
+    let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
+    assert_eq!(d.nlink, 2);
+    let s = create(&m, ROOT_INODE, "s", FileKind::Symlink).unwrap();
+    assert_eq!(s.size, 11);
+    assert_eq!(m.read_link(s.ino).unwrap(), b"/some/where");
+    assert_eq!(errno(m.read_link(a.ino)), Errno::EINVAL);
+    assert_eq!(
+        errno(create(&m, ROOT_INODE, "f", FileKind::Regular)),
+        Errno::EEXIST
+    );
+    assert_eq!(
+        errno(create(&m, ROOT_INODE, "a/b", FileKind::Regular)),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        errno(create(&m, ROOT_INODE, &"x".repeat(256), FileKind::Regular)),
+        Errno::ENAMETOOLONG
+    );
+
+    let l = m.lookup(ROOT_INODE, b"f", ServerIndex(0)).unwrap();
+    assert_eq!(
+        l.entry,
+        EntryRef {
+            ino: a.ino,
+            kind: FileKind::Regular
+        }
+    );
+    assert_eq!(l.attr, Some(a.clone()));
+    // Looked up from another server's point of view, the attributes are not ours.
+    assert_eq!(
+        m.lookup(ROOT_INODE, b"f", ServerIndex(1)).unwrap().attr,
+        None
+    );
+    assert_eq!(
+        errno(m.lookup(ROOT_INODE, b"nope", ServerIndex(0))),
+        Errno::ENOENT
+    );
+    assert_eq!(errno(m.get_attr(InodeNo(999))), Errno::ENOENT);
+    assert_eq!(m.inode_count().unwrap(), 4);
+}
+
+#[test]
+fn remove_and_insert_entries() {
+    let (_d, m) = store();
+    let f = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
+    let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
+    assert_eq!(
+        errno(m.remove_entry(ROOT_INODE, b"d", want::NOT_DIR)),
+        Errno::EISDIR
+    );
+    assert_eq!(
+        errno(m.remove_entry(ROOT_INODE, b"f", want::DIR)),
+        Errno::ENOTDIR
+    );
+    assert_eq!(
+        errno(m.remove_entry(ROOT_INODE, b"zz", want::ANY)),
+        Errno::ENOENT
+    );
+    assert_eq!(
+        m.remove_entry(ROOT_INODE, b"d", want::DIR).unwrap().ino,
+        d.ino
+    );
+    let fe = EntryRef {
+        ino: f.ino,
+        kind: FileKind::Regular,
+    };
+    assert_eq!(
+        errno(m.insert_entry(ROOT_INODE, b"f", &fe, false)),
+        Errno::EEXIST
+    );
+    assert_eq!(m.insert_entry(ROOT_INODE, b"g", &fe, false).unwrap(), None);
+    let other = EntryRef {
+        ino: InodeNo(77),
+        kind: FileKind::Fifo,
+    };
+    assert_eq!(
+        m.insert_entry(ROOT_INODE, b"g", &other, true).unwrap(),
+        Some(fe)
+    );
+    assert_eq!(
+        m.lookup(ROOT_INODE, b"g", ServerIndex(0)).unwrap().entry,
+        other
+    );
+}
+
+#[test]
+fn rename_variants() {
+    let (_d, m) = store();
+    let a = create(&m, ROOT_INODE, "a", FileKind::Regular).unwrap();
+    let b = create(&m, ROOT_INODE, "b", FileKind::Regular).unwrap();
+    let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
+    let e = create(&m, ROOT_INODE, "e", FileKind::Directory).unwrap();
+    let r =
+        |o: &str, n: &str, f: u32| m.rename(ROOT_INODE, o.as_bytes(), ROOT_INODE, n.as_bytes(), f);
+    assert_eq!(errno(r("zz", "y", 0)), Errno::ENOENT);
+    assert_eq!(errno(r("a", "b", rename_flags::NOREPLACE)), Errno::EEXIST);
+    assert_eq!(errno(r("a", "zz", rename_flags::EXCHANGE)), Errno::ENOENT);
+    assert_eq!(errno(r("a", "b", 3)), Errno::EINVAL);
+    assert_eq!(errno(r("d", "a", 0)), Errno::ENOTDIR);
+    assert_eq!(errno(r("a", "d", 0)), Errno::EISDIR);
+    // Exchange swaps.
+    let x = r("a", "b", rename_flags::EXCHANGE).unwrap();
+    assert_eq!(
+        (x.moved.ino, x.replaced.map(|e| e.ino)),
+        (a.ino, Some(b.ino))
+    );
+    assert_eq!(
+        m.lookup(ROOT_INODE, b"a", ServerIndex(0))
+            .unwrap()
+            .entry
+            .ino,
+        b.ino
+    );
+    assert_eq!(
+        m.lookup(ROOT_INODE, b"b", ServerIndex(0))
+            .unwrap()
+            .entry
+            .ino,
+        a.ino
+    );
+    // Replace: "b" (now a) over "a" (now b).
+    let x = r("b", "a", 0).unwrap();
+    assert_eq!(
+        (x.moved.ino, x.replaced.map(|e| e.ino)),
+        (a.ino, Some(b.ino))
+    );
+    assert_eq!(
+        errno(m.lookup(ROOT_INODE, b"b", ServerIndex(0))),
+        Errno::ENOENT
+    );
+    // Directory over empty directory.
+    let x = r("d", "e", 0).unwrap();
+    assert_eq!(x.replaced.map(|e| e.ino), Some(e.ino));
+    assert_eq!(
+        m.lookup(ROOT_INODE, b"e", ServerIndex(0))
+            .unwrap()
+            .entry
+            .ino,
+        d.ino
+    );
+    // Two names of one inode: nothing happens.
+    m.insert_entry(
+        ROOT_INODE,
+        b"hard",
+        &EntryRef {
+            ino: a.ino,
+            kind: FileKind::Regular,
+        },
+        false,
+    )
+    .unwrap();
+    let x = r("a", "hard", 0).unwrap();
+    assert_eq!(x.replaced, None);
+    assert!(m.lookup(ROOT_INODE, b"a", ServerIndex(0)).is_ok());
+    // Into a sealed directory.
+    m.seal_dir(InodeNo(500)).unwrap();
+    assert_eq!(
+        errno(m.rename(ROOT_INODE, b"a", InodeNo(500), b"a", 0)),
+        Errno::ENOENT
+    );
+    m.unseal_dir(InodeNo(500)).unwrap();
+    m.rename(ROOT_INODE, b"a", InodeNo(500), b"a", 0).unwrap();
+    assert_eq!(
+        m.lookup(InodeNo(500), b"a", ServerIndex(0))
+            .unwrap()
+            .entry
+            .ino,
+        a.ino
+    );
+}
+
+#[test]
+fn seal_blocks_creates_and_needs_emptiness() {
+    let (_d, m) = store();
+    let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
+    create(&m, d.ino, "inner", FileKind::Regular).unwrap();
+    assert_eq!(errno(m.seal_dir(d.ino)), Errno::ENOTEMPTY);
+    m.remove_entry(d.ino, b"inner", want::ANY).unwrap();
+    m.seal_dir(d.ino).unwrap();
+    m.seal_dir(d.ino).unwrap();
+    assert_eq!(
+        errno(create(&m, d.ino, "x", FileKind::Regular)),
+        Errno::ENOENT
+    );
+    let e = EntryRef {
+        ino: InodeNo(9),
+        kind: FileKind::Regular,
+    };
+    assert_eq!(errno(m.insert_entry(d.ino, b"x", &e, false)), Errno::ENOENT);
+    m.unseal_dir(d.ino).unwrap();
+    create(&m, d.ino, "x", FileKind::Regular).unwrap();
+}
+
+#[test]
+fn readdir_pages_in_byte_order() {
+    let (_d, m) = store();
+    for i in 0..25 {
+        create(&m, ROOT_INODE, &format!("n{i:03}"), FileKind::Regular).unwrap();
+    }
+    let mut after = Vec::new();
+    let mut seen = Vec::new();
+    loop {
+        let page = m.read_dir(ROOT_INODE, &after, 10).unwrap();
+        assert!(page.entries.len() <= 10);
+        seen.extend(page.entries.iter().map(|e| e.name.clone()));
+        match page.entries.last() {
+            Some(last) if page.more => after = last.name.clone(),
+            _ => break,
+        }
+    }
+    let want: Vec<Vec<u8>> = (0..25).map(|i| format!("n{i:03}").into_bytes()).collect();
+    assert_eq!(seen, want);
+    let empty = m.read_dir(ROOT_INODE, b"", 0).unwrap();
+    assert!(empty.entries.is_empty() && empty.more);
+}
+
+#[test]
+fn setattr_applies_valid_bits_only() {
+    let (_d, m) = store();
+    let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
+    let t = Timespec { sec: 1000, nsec: 5 };
+    let mut req = SetAttrReq {
+        ino: a.ino,
+        valid: setattr::MODE | setattr::SIZE | setattr::MTIME,
+        mode: 0o104600,
+        uid: 99,
+        gid: 99,
+        size: 4096,
+        atime: t,
+        mtime: t,
+        ctime: t,
+    };
+    let b = m.set_attr(&req).unwrap();
+    assert_eq!(
+        (b.mode, b.uid, b.gid, b.size, b.mtime),
+        (0o4600, 1, 2, 4096, t)
+    );
+    assert_eq!(b.atime, a.atime);
+    assert!(b.ctime >= a.ctime && b.ctime != t);
+    req.valid = setattr::CTIME | setattr::ATIME | setattr::ATIME_NOW;
+    let c = m.set_attr(&req).unwrap();
+    assert_eq!(c.ctime, t);
+    assert!(c.atime > t);
+    req.valid = 1 << 20;
+    assert_eq!(errno(m.set_attr(&req)), Errno::EINVAL);
+    let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
+    req.ino = d.ino;
+    req.valid = setattr::SIZE;
+    assert_eq!(errno(m.set_attr(&req)), Errno::EISDIR);
+    req.ino = InodeNo(12345);
+    assert_eq!(errno(m.set_attr(&req)), Errno::ENOENT);
+}
+
+#[test]
+fn link_counts_sizes_and_dir_touch() {
+    let (_d, m) = store();
+    let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
+    assert_eq!(m.link_count(a.ino, 2).unwrap().nlink, 3);
+    assert_eq!(m.link_count(a.ino, -10).unwrap().nlink, 0);
+    assert_eq!(m.extend_size(a.ino, 100, false).unwrap().size, 100);
+    let b = m.extend_size(a.ino, 50, true).unwrap();
+    assert_eq!(b.size, 100);
+    assert!(b.mtime >= a.mtime);
+    m.touch_dir(ROOT_INODE, 1).unwrap();
+    assert_eq!(m.get_attr(ROOT_INODE).unwrap().nlink, 3);
+    assert_eq!(errno(m.touch_dir(InodeNo(4444), 1)), Errno::ENOENT);
+}
+
+#[test]
+fn xattrs() {
+    let (_d, m) = store();
+    let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
+    m.set_xattr(a.ino, b"user.a", b"1", 0).unwrap();
+    assert_eq!(
+        errno(m.set_xattr(a.ino, b"user.a", b"2", xattr_flags::CREATE)),
+        Errno::EEXIST
+    );
+    assert_eq!(
+        errno(m.set_xattr(a.ino, b"user.b", b"2", xattr_flags::REPLACE)),
+        Errno::ENODATA
+    );
+    m.set_xattr(a.ino, b"user.a", b"3", xattr_flags::REPLACE)
+        .unwrap();
+    m.set_xattr(a.ino, b"user.b", b"", xattr_flags::CREATE)
+        .unwrap();
+    assert_eq!(m.get_xattr(a.ino, b"user.a").unwrap(), b"3");
+    assert_eq!(
+        m.list_xattrs(a.ino).unwrap(),
+        vec![b"user.a".to_vec(), b"user.b".to_vec()]
+    );
+    m.remove_xattr(a.ino, b"user.a").unwrap();
+    assert_eq!(errno(m.remove_xattr(a.ino, b"user.a")), Errno::ENODATA);
+    assert_eq!(errno(m.get_xattr(a.ino, b"user.a")), Errno::ENODATA);
+    assert_eq!(errno(m.get_xattr(InodeNo(999), b"user.a")), Errno::ENOENT);
+    assert_eq!(
+        errno(m.set_xattr(InodeNo(999), b"user.a", b"", 0)),
+        Errno::ENOENT
+    );
+    assert_eq!(errno(m.set_xattr(a.ino, b"", b"", 0)), Errno::EINVAL);
+    assert_eq!(
+        errno(m.set_xattr(a.ino, &[b'n'; 300], b"", 0)),
+        Errno::ERANGE
+    );
+    assert_eq!(
+        errno(m.set_xattr(a.ino, b"user.big", &vec![0; 70000], 0)),
+        Errno::E2BIG
+    );
+}
+
+#[test]
+fn purge_log() {
+    let (_d, m) = store();
+    let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
+    let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
+    assert!(
+        !m.begin_purge(a.ino).unwrap(),
+        "linked inodes are not purged"
+    );
+    m.link_count(a.ino, -1).unwrap();
+    m.link_count(d.ino, -2).unwrap();
+    assert_eq!(m.orphans().unwrap(), vec![a.ino, d.ino]);
+    m.set_xattr(a.ino, b"user.x", b"y", 0).unwrap();
+    assert!(m.begin_purge(a.ino).unwrap());
+    assert!(
+        !m.begin_purge(a.ino).unwrap(),
+        "a second purge finds nothing"
+    );
+    assert!(
+        !m.begin_purge(d.ino).unwrap(),
+        "directories have no data to delete"
+    );
+    assert_eq!(errno(m.get_attr(a.ino)), Errno::ENOENT);
+    assert!(m.orphans().unwrap().is_empty());
+    let p = m.pending_purges().unwrap();
+    assert_eq!(
+        p,
+        vec![PurgeRecord {
+            ino: a.ino,
+            stripe_size: 1 << 20,
+            stripe_width: 2
+        }]
+    );
+    m.finish_purge(a.ino).unwrap();
+    assert!(m.pending_purges().unwrap().is_empty());
+}
+
+#[test]
+fn survives_reopen_and_refuses_after_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.sqlite");
+    let m = MetaStore::init(&path, 1, None).unwrap();
+    let home = Home {
+        index: ServerIndex(3),
+        ..HOME
+    };
+    let req = CreateReq {
+        parent: ROOT_INODE,
+        name: b"x".to_vec(),
+        kind: FileKind::Regular,
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        target: Vec::new(),
+        stripe_size: 8192,
+        stripe_width: 9,
+    };
+    let a = m.create(&req, home).unwrap();
+    assert_eq!(a.ino, InodeNo::compose(ServerIndex(3), 1));
+    assert_eq!((a.stripe_size, a.stripe_width), (8192, 2));
+    m.sync().unwrap();
+    m.close().unwrap();
+    assert_eq!(errno(m.get_attr(a.ino)), Errno::ESTALE);
+    let m = MetaStore::open(&path).unwrap();
+    assert_eq!(m.get_attr(a.ino).unwrap(), a);
+    let b = m
+        .create(
+            &CreateReq {
+                name: b"y".to_vec(),
+                ..req.clone()
+            },
+            home,
+        )
+        .unwrap();
+    assert_eq!(b.ino.counter(), 2, "the counter survives a reopen");
+    assert_eq!(
+        errno(m.create(
+            &CreateReq {
+                stripe_size: 1000,
+                ..req
+            },
+            home
+        )),
+        Errno::EINVAL
+    );
+}

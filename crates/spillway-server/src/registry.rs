@@ -1,0 +1,153 @@
+//! The fragments this server holds, by instance id: loaded from `ROOT/fragments/` at
+//! start, changed by the admin requests.
+
+use crate::error::{fs, StoreResult};
+use crate::fragment::{Fragment, FragmentEnv};
+use spillway_types::Errno;
+use spillway_wire::{FragmentCreateReq, FragmentInfo};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+pub struct Registry {
+    dir: PathBuf,
+    env: FragmentEnv,
+    fragments: RwLock<HashMap<u64, Arc<Fragment>>>,
+    /// Serialises creates and destroys (slow, rare) without blocking lookups.
+    admin: Mutex<()>,
+}
+
+impl Registry {
+    /// Open every fragment under `dir` (created if missing). Leftovers of interrupted
+    /// creates and destroys are removed. A fragment that cannot be opened is logged and
+    /// left on disk untouched (its clients are refused) rather than stopping the server
+    /// for every other instance.
+    pub fn load(dir: &Path, env: FragmentEnv) -> Result<Registry, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let mut fragments = HashMap::new();
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.')
+                && (name.ends_with(".creating") || name.ends_with(".destroying"))
+            {
+                tracing::info!("removing leftover {}", path.display());
+                if let Err(e) = std::fs::remove_dir_all(&path) {
+                    tracing::warn!("cannot remove {}: {e}", path.display());
+                }
+                continue;
+            }
+            let Some(instance) = name.parse::<u64>().ok().filter(|i| i.to_string() == name) else {
+                tracing::warn!("ignoring unexpected {}", path.display());
+                continue;
+            };
+            match Fragment::open(&path, &env) {
+                Ok(f) if f.config.instance == instance => {
+                    tracing::info!(
+                        instance,
+                        index = f.config.index,
+                        count = f.config.count(),
+                        used = f.data.used(),
+                        "loaded fragment"
+                    );
+                    fragments.insert(instance, f);
+                }
+                Ok(f) => tracing::error!(
+                    "{} holds instance {}: not loaded",
+                    path.display(),
+                    f.config.instance
+                ),
+                Err(e) => tracing::error!("cannot load fragment {}: {e}", path.display()),
+            }
+        }
+        Ok(Registry {
+            dir: dir.to_path_buf(),
+            env,
+            fragments: RwLock::new(fragments),
+            admin: Mutex::new(()),
+        })
+    }
+
+    pub fn get(&self, instance: u64) -> Option<Arc<Fragment>> {
+        self.fragments
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&instance)
+            .cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Fragment>> {
+        self.fragments
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Create a fragment. Repeating the same create is fine (a manager retries); a
+    /// create for a present instance with other parameters is EEXIST.
+    pub fn create(&self, req: &FragmentCreateReq) -> StoreResult<()> {
+        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = self.get(req.instance) {
+            let wanted = crate::fragment::config::FragmentConfig::from_request(req)?;
+            return if existing.config == wanted {
+                Ok(())
+            } else {
+                Err(fs(Errno::EEXIST))
+            };
+        }
+        let f = Fragment::create(&self.dir, req, &self.env)?;
+        tracing::info!(
+            instance = req.instance,
+            index = req.index,
+            count = req.peers.len(),
+            "created fragment"
+        );
+        self.fragments
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(req.instance, f);
+        Ok(())
+    }
+
+    /// Destroy a fragment and its data. Absent is fine (idempotent).
+    pub fn destroy(&self, instance: u64) -> StoreResult<()> {
+        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let removed = self
+            .fragments
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&instance);
+        if let Some(f) = removed {
+            f.destroy(&self.dir)?;
+            tracing::info!(instance, "destroyed fragment");
+        }
+        Ok(())
+    }
+
+    pub fn list(&self) -> StoreResult<Vec<FragmentInfo>> {
+        let mut out = Vec::new();
+        for f in self.all() {
+            match f.info() {
+                Ok(i) => out.push(i),
+                // Destroyed while we listed: it is gone, not an error.
+                Err(_) if f.is_closed() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        out.sort_by_key(|i| i.instance);
+        Ok(out)
+    }
+
+    /// Close every fragment (server stopping).
+    pub fn close_all(&self) {
+        for f in self.all() {
+            f.close();
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Requests to handlers. The instance match is exhaustive on purpose: a request added
+//! to the protocol does not compile here until it is handled.
+
+use crate::error::{fs, StoreResult};
+use crate::registry::Registry;
+use crate::service::session::InstanceSession;
+use spillway_types::Errno;
+use spillway_wire::serve::Reply;
+use spillway_wire::{
+    AttrReply, BytesReply, Empty, FragmentListReply, InsertEntryReply, NamesReply,
+    RemoveEntryReply, Request, StatFsReply, StripeInfoReply, WriteReply,
+};
+
+/// A request on an admin session: fragment administration only.
+pub fn admin(registry: &Registry, req: Request) -> StoreResult<Reply> {
+    match req {
+        Request::FragmentCreateReq(r) => registry.create(&r).map(|()| Reply::of(&Empty {})),
+        Request::FragmentDestroyReq(r) => {
+            registry.destroy(r.instance).map(|()| Reply::of(&Empty {}))
+        }
+        Request::FragmentListReq(_) => Ok(Reply::of(&FragmentListReply {
+            fragments: registry.list()?,
+        })),
+        // Admin sessions hold no instance: no metadata or data requests.
+        _ => Err(fs(Errno::EPERM)),
+    }
+}
+
+/// A request on a client or peer session of one instance.
+pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
+    let f = &*s.fragment;
+    if f.is_closed() {
+        return Err(fs(Errno::ESTALE));
+    }
+    let empty = || Reply::of(&Empty {});
+    let attr = |attr| Reply::of(&AttrReply { attr });
+    Ok(match req {
+        Request::HelloReq(_) => return Err(fs(Errno::EPROTO)),
+        Request::FragmentCreateReq(_)
+        | Request::FragmentDestroyReq(_)
+        | Request::FragmentListReq(_) => {
+            return Err(fs(Errno::EPERM));
+        }
+        // ---- metadata
+        Request::LookupReq(r) => Reply::of(&f.meta.lookup(r.parent, &r.name, f.index())?),
+        Request::GetAttrReq(r) => attr(f.meta.get_attr(r.ino)?),
+        Request::SetAttrReq(r) => attr(f.set_attr(&r)?),
+        Request::CreateReq(r) => attr(f.meta.create(&r, f.home())?),
+        Request::RemoveEntryReq(r) => Reply::of(&RemoveEntryReply {
+            removed: f.meta.remove_entry(r.parent, &r.name, r.want)?,
+        }),
+        Request::InsertEntryReq(r) => Reply::of(&InsertEntryReply {
+            replaced: f
+                .meta
+                .insert_entry(r.parent, &r.name, &r.entry, r.replace)?,
+        }),
+        Request::RenameReq(r) => Reply::of(&f.meta.rename(
+            r.old_parent,
+            &r.old_name,
+            r.new_parent,
+            &r.new_name,
+            r.flags,
+        )?),
+        Request::LinkCountReq(r) => attr(f.link_count(r.ino, r.delta)?),
+        Request::TouchDirReq(r) => f.meta.touch_dir(r.ino, r.nlink_delta).map(|()| empty())?,
+        Request::SealDirReq(r) => f.meta.seal_dir(r.ino).map(|()| empty())?,
+        Request::UnsealDirReq(r) => f.meta.unseal_dir(r.ino).map(|()| empty())?,
+        Request::ReadDirReq(r) => Reply::of(&f.meta.read_dir(r.dir, &r.after, r.max)?),
+        Request::OpenReq(r) => attr(s.open(r.ino)?),
+        Request::ReleaseReq(r) => {
+            s.release(r.ino);
+            empty()
+        }
+        Request::ExtendSizeReq(r) => attr(f.meta.extend_size(r.ino, r.size, r.touch)?),
+        Request::SetXattrReq(r) => f
+            .meta
+            .set_xattr(r.ino, &r.name, &r.value, r.flags)
+            .map(|()| empty())?,
+        Request::GetXattrReq(r) => Reply::of(&BytesReply {
+            value: f.meta.get_xattr(r.ino, &r.name)?,
+        }),
+        Request::ListXattrReq(r) => Reply::of(&NamesReply {
+            names: f.meta.list_xattrs(r.ino)?,
+        }),
+        Request::RemoveXattrReq(r) => f.meta.remove_xattr(r.ino, &r.name).map(|()| empty())?,
+        Request::StatFsReq(_) => Reply::of(&StatFsReply {
+            capacity: f.data.capacity(),
+            used: f.data.used(),
+            inodes: f.meta.inode_count()?,
+        }),
+        Request::SyncMetaReq(_) => f.meta.sync().map(|()| empty())?,
+        Request::ReadLinkReq(r) => Reply::of(&BytesReply {
+            value: f.meta.read_link(r.ino)?,
+        }),
+        // ---- data
+        Request::Write(r, bulk) => Reply::of(&WriteReply {
+            written: f.data.write(r.ino, r.stripe, r.offset, bulk.data())?,
+        }),
+        Request::Read(r) => Reply::bulk(f.data.read(r.ino, r.stripe, r.offset, r.len)?),
+        Request::TruncateDataReq(r) => f
+            .data
+            .truncate(r.ino, r.size, r.stripe_size)
+            .map(|()| empty())?,
+        Request::SyncDataReq(r) => f.data.sync(r.ino).map(|()| empty())?,
+        Request::DeleteDataReq(r) => f.data.delete(r.ino).map(|()| empty())?,
+        Request::StripeInfoReq(r) => Reply::of(&StripeInfoReply {
+            stripes: f.data.stripe_info(r.ino),
+        }),
+    })
+}

@@ -1,0 +1,87 @@
+//! The wire `Service`: the handshake (who may talk to which fragment) and the handler
+//! boundary, where `StoreError`s become errnos.
+//!
+//! * `session`  — per-connection state and its open handles.
+//! * `dispatch` — request to handler.
+
+mod dispatch;
+mod session;
+
+use crate::auth::ct_eq;
+use crate::registry::Registry;
+use session::{InstanceSession, Session};
+use spillway_types::Errno;
+use spillway_wire::serve::{Reply, Service};
+use spillway_wire::{role, HelloReply, HelloReq, Request, PROTOCOL_VERSION};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub struct SpillwayService {
+    registry: Arc<Registry>,
+    admin_key: Vec<u8>,
+}
+
+impl SpillwayService {
+    pub fn new(registry: Arc<Registry>, admin_key: Vec<u8>) -> SpillwayService {
+        SpillwayService {
+            registry,
+            admin_key,
+        }
+    }
+}
+
+impl Service for SpillwayService {
+    type Session = Session;
+
+    fn hello(&self, req: &HelloReq, peer: SocketAddr) -> Result<(HelloReply, Session), Errno> {
+        if !(req.version_min <= PROTOCOL_VERSION && PROTOCOL_VERSION <= req.version_max) {
+            return Err(Errno::EPROTO);
+        }
+        match req.role {
+            role::ADMIN => {
+                if !ct_eq(&req.credential, &self.admin_key) {
+                    return Err(Errno::EACCES);
+                }
+                tracing::debug!(%peer, name = %req.peer_name, "admin session");
+                let reply = HelloReply {
+                    version: PROTOCOL_VERSION,
+                    server_index: 0,
+                    server_count: 0,
+                };
+                Ok((reply, Session::Admin))
+            }
+            role::CLIENT | role::PEER => {
+                let fragment = self
+                    .registry
+                    .get(req.instance)
+                    .filter(|f| !f.is_closed())
+                    .ok_or(Errno::ENOENT)?;
+                if !ct_eq(&req.credential, &fragment.config.credential_bytes()) {
+                    return Err(Errno::EACCES);
+                }
+                tracing::debug!(%peer, name = %req.peer_name, instance = req.instance, role = req.role, "session");
+                let reply = HelloReply {
+                    version: PROTOCOL_VERSION,
+                    server_index: fragment.config.index,
+                    server_count: fragment.config.count(),
+                };
+                Ok((reply, Session::Instance(InstanceSession::new(fragment))))
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn handle(&self, session: &Session, req: Request) -> Result<Reply, Errno> {
+        let r = match session {
+            Session::Admin => dispatch::admin(&self.registry, req),
+            Session::Instance(s) => dispatch::instance(s, req),
+        };
+        r.map_err(|e| e.errno())
+    }
+
+    fn closed(&self, session: &Session) {
+        if let Session::Instance(s) = session {
+            s.close();
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Per-connection state made by the handshake: who the peer is and, for an instance
+//! session, the handles it holds open, released when the connection goes.
+
+use crate::error::StoreResult;
+use crate::fragment::{Fragment, OpenCounts};
+use spillway_types::{Attr, InodeNo};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub enum Session {
+    Admin,
+    Instance(InstanceSession),
+}
+
+/// A `role::CLIENT` or `role::PEER` session: both may send every instance request.
+pub struct InstanceSession {
+    pub fragment: Arc<Fragment>,
+    opens: Mutex<OpenCounts>,
+}
+
+impl InstanceSession {
+    pub fn new(fragment: Arc<Fragment>) -> InstanceSession {
+        InstanceSession {
+            fragment,
+            opens: Mutex::new(OpenCounts::default()),
+        }
+    }
+
+    fn opens(&self) -> MutexGuard<'_, OpenCounts> {
+        self.opens.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn open(&self, ino: InodeNo) -> StoreResult<Attr> {
+        let a = self.fragment.open_inode(ino)?;
+        self.opens().add(ino, 1);
+        Ok(a)
+    }
+
+    /// Release one open of this session. Releasing what the session does not hold is a
+    /// no-op: after a reconnect the old session's opens were already released.
+    pub fn release(&self, ino: InodeNo) {
+        let (taken, _) = self.opens().sub(ino, 1);
+        if taken > 0 {
+            self.fragment.release(ino, taken);
+        }
+    }
+
+    /// The connection is gone: release everything it held open.
+    pub fn close(&self) {
+        let held = self.opens().drain();
+        for (ino, n) in held {
+            self.fragment.release(ino, n);
+        }
+    }
+}

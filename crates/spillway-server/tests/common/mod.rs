@@ -1,0 +1,309 @@
+//! Test harness: real servers on 127.0.0.1 in this process, each on its own temp root,
+//! an instance created on them through the admin role, and client connections that
+//! route requests with the placement functions as the real client does.
+#![allow(dead_code)]
+
+use spillway_placement::{dentry_server, Layout};
+use spillway_server::{start_in_process, RunningServer};
+use spillway_types::descriptor::decode_hex;
+use spillway_types::{Attr, Errno, FileKind, InodeNo, StripeIndex, Tunables, ROOT_INODE};
+use spillway_wire::{
+    role, Call, CreateReq, Endpoint, ExtendSizeReq, FragmentCreateReq, GetAttrReq, HelloReq,
+    LookupReply, LookupReq, ReadDirReq, ReadReq, StripeInfoReq, StripeLen, WriteReq,
+};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub const INSTANCE: u64 = 42;
+pub const CREDENTIAL: &[u8] = b"test-credential";
+
+pub fn tunables() -> Tunables {
+    Tunables {
+        rpc_deadline: Duration::from_secs(10),
+        reconnect_window: Duration::from_secs(1),
+        server_workers: 4,
+        fd_cache_size: 64,
+        ..Tunables::default()
+    }
+}
+
+pub fn hello(role: u8, instance: u64, credential: &[u8]) -> HelloReq {
+    HelloReq {
+        version_min: 1,
+        version_max: 1,
+        role,
+        instance,
+        credential: credential.to_vec(),
+        peer_name: "test".into(),
+    }
+}
+
+pub fn endpoint(addr: SocketAddr, hello: HelloReq) -> Endpoint {
+    Endpoint::new(
+        addr.to_string(),
+        hello,
+        Duration::from_secs(10),
+        Duration::from_secs(1),
+    )
+}
+
+pub fn admin_key(root: &Path) -> Vec<u8> {
+    let text = std::fs::read_to_string(root.join("admin.key")).expect("admin.key");
+    decode_hex(text.trim()).expect("admin key is hex")
+}
+
+/// One server: its root and (while running) the server.
+pub struct Node {
+    pub root: PathBuf,
+    pub addr: SocketAddr,
+    pub server: Option<RunningServer>,
+}
+
+impl Node {
+    pub fn start(root: PathBuf) -> Node {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let server = start_in_process(&root, listener, tunables()).expect("start server");
+        Node {
+            addr: server.addr(),
+            root,
+            server: Some(server),
+        }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            s.stop();
+        }
+    }
+
+    /// Start again on the same root and port.
+    pub fn restart(&mut self) {
+        self.stop();
+        let listener = TcpListener::bind(self.addr).expect("rebind the same port");
+        self.server =
+            Some(start_in_process(&self.root, listener, tunables()).expect("restart server"));
+    }
+
+    pub fn admin(&self) -> Endpoint {
+        endpoint(self.addr, hello(role::ADMIN, 0, &admin_key(&self.root)))
+    }
+}
+
+/// An instance spread over `n` servers, with one client connection per server.
+pub struct Cluster {
+    _dir: tempfile::TempDir,
+    pub nodes: Vec<Node>,
+    pub clients: Vec<Endpoint>,
+    pub stripe_size: u32,
+}
+
+impl Cluster {
+    pub fn start(n: usize, capacity: u64, stripe_size: u32) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let nodes: Vec<Node> = (0..n)
+            .map(|i| Node::start(dir.path().join(format!("s{i}"))))
+            .collect();
+        let peers: Vec<String> = nodes.iter().map(|n| n.addr.to_string()).collect();
+        for (i, node) in nodes.iter().enumerate() {
+            node.admin()
+                .call(&FragmentCreateReq {
+                    instance: INSTANCE,
+                    index: i as u16,
+                    peers: peers.clone(),
+                    capacity,
+                    credential: CREDENTIAL.to_vec(),
+                    stripe_size,
+                    root_uid: 1000,
+                    root_gid: 100,
+                    root_mode: 0o40755,
+                })
+                .expect("create fragment");
+        }
+        let clients = nodes
+            .iter()
+            .map(|n| endpoint(n.addr, hello(role::CLIENT, INSTANCE, CREDENTIAL)))
+            .collect();
+        Cluster {
+            _dir: dir,
+            nodes,
+            clients,
+            stripe_size,
+        }
+    }
+
+    /// Fresh client connections (after servers restarted).
+    pub fn reconnect(&mut self) {
+        self.clients = self
+            .nodes
+            .iter()
+            .map(|n| endpoint(n.addr, hello(role::CLIENT, INSTANCE, CREDENTIAL)))
+            .collect();
+    }
+
+    pub fn n(&self) -> u16 {
+        self.nodes.len() as u16
+    }
+
+    /// The client connection to server `i`.
+    pub fn at(&self, i: u16) -> &Endpoint {
+        &self.clients[usize::from(i)]
+    }
+
+    pub fn entry_server(&self, parent: InodeNo, name: &[u8]) -> &Endpoint {
+        self.at(dentry_server(parent, name, self.n()).0)
+    }
+
+    pub fn home(&self, ino: InodeNo) -> &Endpoint {
+        self.at(ino.home().0)
+    }
+
+    pub fn call_entry<C: Call>(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        req: &C,
+    ) -> Result<C::Reply, Errno> {
+        self.entry_server(parent, name).call(req)
+    }
+
+    pub fn create(&self, parent: InodeNo, name: &str, kind: FileKind) -> Result<Attr, Errno> {
+        self.create_with(parent, name, kind, 0, 0)
+    }
+
+    pub fn create_with(
+        &self,
+        parent: InodeNo,
+        name: &str,
+        kind: FileKind,
+        stripe_size: u32,
+        stripe_width: u16,
+    ) -> Result<Attr, Errno> {
+        let req = CreateReq {
+            parent,
+            name: name.as_bytes().to_vec(),
+            kind,
+            mode: 0o644,
+            uid: 1000,
+            gid: 100,
+            rdev: 0,
+            target: Vec::new(),
+            stripe_size,
+            stripe_width,
+        };
+        self.call_entry(parent, name.as_bytes(), &req)
+            .map(|r| r.attr)
+    }
+
+    pub fn lookup(&self, parent: InodeNo, name: &str) -> Result<LookupReply, Errno> {
+        self.call_entry(
+            parent,
+            name.as_bytes(),
+            &LookupReq {
+                parent,
+                name: name.as_bytes().to_vec(),
+            },
+        )
+    }
+
+    pub fn getattr(&self, ino: InodeNo) -> Result<Attr, Errno> {
+        self.home(ino).call(&GetAttrReq { ino }).map(|r| r.attr)
+    }
+
+    fn layout(&self, a: &Attr) -> Layout {
+        Layout::of(a.ino, a.stripe_size, a.stripe_width, self.n())
+    }
+
+    /// Write `data` at `offset` of the file, stripe by stripe, then report the size.
+    pub fn write(&self, a: &Attr, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        let layout = self.layout(a);
+        let mut pos = 0usize;
+        for (stripe, within, len) in layout.pieces(offset, data.len() as u64) {
+            let piece = &data[pos..pos + len as usize];
+            let req = WriteReq {
+                ino: a.ino,
+                stripe: stripe.0,
+                offset: within,
+            };
+            let w = self.at(layout.server_of(stripe).0).call_bulk(&req, piece)?;
+            assert_eq!(w.written, len);
+            pos += len as usize;
+        }
+        self.home(a.ino).call(&ExtendSizeReq {
+            ino: a.ino,
+            size: offset + data.len() as u64,
+            touch: true,
+        })?;
+        Ok(())
+    }
+
+    pub fn read(&self, a: &Attr, offset: u64, len: u64) -> Result<Vec<u8>, Errno> {
+        let layout = self.layout(a);
+        let mut out = Vec::new();
+        for (stripe, within, n) in layout.pieces(offset, len) {
+            let mut got = self.at(layout.server_of(stripe).0).call(&ReadReq {
+                ino: a.ino,
+                stripe: stripe.0,
+                offset: within,
+                len: n,
+            })?;
+            got.resize(n as usize, 0);
+            out.extend_from_slice(&got);
+        }
+        Ok(out)
+    }
+
+    pub fn stripes_on(&self, server: u16, ino: InodeNo) -> Vec<StripeLen> {
+        self.at(server)
+            .call(&StripeInfoReq { ino })
+            .expect("stripe info")
+            .stripes
+    }
+
+    pub fn server_of(&self, a: &Attr, stripe: u64) -> u16 {
+        self.layout(a).server_of(StripeIndex(stripe)).0
+    }
+
+    /// Every entry of `dir` on every server, name-sorted, read in pages of `page`.
+    pub fn read_dir_all(&self, dir: InodeNo, page: u32) -> Vec<Vec<u8>> {
+        let mut names = Vec::new();
+        for ep in &self.clients {
+            let mut after = Vec::new();
+            loop {
+                let r = ep
+                    .call(&ReadDirReq {
+                        dir,
+                        after: after.clone(),
+                        max: page,
+                    })
+                    .expect("readdir");
+                assert!(r.entries.len() <= page as usize);
+                names.extend(r.entries.iter().map(|e| e.name.clone()));
+                match r.entries.last() {
+                    Some(last) if r.more => after = last.name.clone(),
+                    _ => break,
+                }
+            }
+        }
+        names.sort();
+        names
+    }
+}
+
+/// Poll `f` until it holds or `within` passes.
+pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if start.elapsed() > within {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn root() -> InodeNo {
+    ROOT_INODE
+}
