@@ -311,3 +311,39 @@ fn a_dropped_connection_releases_its_opens() {
     assert!(eventually(Duration::from_secs(10), || (0..2)
         .all(|s| c.stripes_on(s, f.ino).is_empty())));
 }
+
+#[test]
+fn a_purge_completes_when_a_peer_fragment_is_gone() {
+    let c = Cluster::start(2, 1 << 30, SS);
+    let name = (0..)
+        .map(|i| format!("g{i}"))
+        .find(|n| spillway_placement::dentry_server(root(), n.as_bytes(), 2).0 == 0)
+        .unwrap();
+    let f = c.create(root(), &name, FileKind::Regular).unwrap();
+    c.write(&f, 0, &pattern(2 * SS as usize, 9)).unwrap();
+    c.nodes[1]
+        .admin()
+        .call(&spillway_wire::FragmentDestroyReq { instance: INSTANCE })
+        .unwrap();
+    c.at(0)
+        .call(&LinkCountReq {
+            ino: f.ino,
+            delta: -1,
+        })
+        .unwrap();
+    let db = rusqlite::Connection::open(
+        c.nodes[0]
+            .root
+            .join(format!("fragments/{INSTANCE}/meta.sqlite")),
+    )
+    .unwrap();
+    let pending = || {
+        db.query_row("SELECT COUNT(*) FROM purges", [], |r| r.get::<_, i64>(0))
+            .unwrap()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || pending() == 0),
+        "nothing left to purge on a destroyed fragment"
+    );
+    assert!(c.stripes_on(0, f.ino).is_empty());
+}

@@ -64,7 +64,7 @@ impl InstanceDescriptor {
                 "more than {MAX_SERVERS} servers"
             )));
         }
-        if self.stripe_size == 0 || self.stripe_size % 4096 != 0 {
+        if self.stripe_size == 0 || !self.stripe_size.is_multiple_of(4096) {
             return Err(DescriptorError::Invalid(
                 "stripe_size must be a non-zero multiple of 4096".into(),
             ));
@@ -95,7 +95,7 @@ pub fn encode_hex(bytes: &[u8]) -> String {
 }
 
 pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -54,6 +54,8 @@ impl CallError {
 }
 
 type Waiter = Sender<Result<Vec<u8>, CallError>>;
+/// Where a call's reply (the frame body) or its failure arrives.
+pub type ReplySlot = Receiver<Result<Vec<u8>, CallError>>;
 
 /// One live connection, after a successful handshake.
 pub struct Conn {
@@ -155,7 +157,7 @@ impl Conn {
         body: &[u8],
         bulk: &[u8],
         deadline: Duration,
-    ) -> Result<(u64, Receiver<Result<Vec<u8>, CallError>>), CallError> {
+    ) -> Result<(u64, ReplySlot), CallError> {
         if !self.is_alive() {
             return Err(CallError::NotSent);
         }
@@ -310,7 +312,7 @@ impl Drop for Endpoint {
 struct Sent {
     conn: Arc<Conn>,
     id: u64,
-    rx: Receiver<Result<Vec<u8>, CallError>>,
+    rx: ReplySlot,
 }
 
 /// A call in flight.

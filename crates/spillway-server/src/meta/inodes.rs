@@ -25,7 +25,14 @@ fn apply_setattr(a: &mut Attr, req: &SetAttrReq, now: Timespec) -> StoreResult<(
     }
     if v & setattr::SIZE != 0 {
         match a.kind {
-            FileKind::Regular => a.size = req.size,
+            FileKind::Regular => {
+                // POSIX: a truncate that changes the size marks mtime (and ctime) for
+                // update; the kernel does not always send a time with it.
+                if a.size != req.size && v & (setattr::MTIME | setattr::MTIME_NOW) == 0 {
+                    a.mtime = now;
+                }
+                a.size = req.size;
+            }
             FileKind::Directory => return Err(fs(Errno::EISDIR)),
             _ => return Err(fs(Errno::EINVAL)),
         }

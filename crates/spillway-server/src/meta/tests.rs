@@ -463,3 +463,29 @@ fn survives_reopen_and_refuses_after_close() {
         Errno::EINVAL
     );
 }
+
+#[test]
+fn truncate_that_changes_the_size_updates_mtime() {
+    let (_d, m) = store();
+    let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
+    let old = Timespec { sec: 10, nsec: 0 };
+    let mut req = SetAttrReq {
+        ino: a.ino,
+        valid: setattr::MTIME,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        atime: old,
+        mtime: old,
+        ctime: old,
+    };
+    assert_eq!(m.set_attr(&req).unwrap().mtime, old);
+    req.valid = setattr::SIZE;
+    req.size = 5;
+    let b = m.set_attr(&req).unwrap();
+    assert!(b.mtime > old, "size change must set mtime");
+    // Same size again: mtime stays (as ext4 does).
+    let c = m.set_attr(&req).unwrap();
+    assert_eq!(c.mtime, b.mtime);
+}
