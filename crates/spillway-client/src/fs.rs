@@ -176,8 +176,8 @@ impl SpillwayFs {
     }
 
     /// Tell a directory's home that an entry changed (mtime/ctime, subdirectory count).
-    /// Sent without waiting: the entry change itself already succeeded.
-    fn touch_dir_async(&self, dir: InodeNo, nlink_delta: i32) {
+    /// A failure is logged, not returned: the entry change itself already succeeded.
+    fn touch_dir(&self, dir: InodeNo, nlink_delta: i32) {
         if let Err(e) = self.inst.touch_dir(dir, nlink_delta) {
             tracing::debug!(%dir, "touching directory failed: {e}");
         }
@@ -194,6 +194,7 @@ impl SpillwayFs {
         mode: u32,
         rdev: u32,
         target: &[u8],
+        open: bool,
     ) -> R<Attr> {
         let name = check_name(name)?;
         let pattr = self.dir_attr(parent)?;
@@ -205,7 +206,7 @@ impl SpillwayFs {
                 mode |= libc::S_ISGID;
             }
         }
-        let attr = self.inst.create(CreateReq {
+        let create = CreateReq {
             parent,
             name: name.to_vec(),
             kind,
@@ -216,13 +217,31 @@ impl SpillwayFs {
             target: target.to_vec(),
             stripe_size: 0,
             stripe_width: 0,
-        })?;
-        self.touch_dir_async(parent, i32::from(kind == FileKind::Directory));
-        Ok(attr)
+            open,
+        };
+        if kind == FileKind::Directory {
+            // The parent's link count may only change if the mkdir happened.
+            let attr = self.inst.create(create)?;
+            self.touch_dir(parent, 1);
+            return Ok(attr);
+        }
+        // The kernel asks only after finding no such name, so the create almost always
+        // succeeds: update the parent's times in parallel with it.
+        let touch = self.inst.start_touch_dir(parent, 0);
+        let attr = self.inst.create(create);
+        if let Err(e) = touch.and_then(|t| t.wait()) {
+            tracing::debug!(%parent, "touching directory failed: {e}");
+        }
+        attr
     }
 
-    fn open_file(&self, i: InodeNo, flags: u32) -> R<(u64, FopenFlags)> {
-        let attr = self.inst.open(i, flags)?;
+    /// Open inode `i` in this client; `opened` carries the attributes when the server
+    /// already counted the open (a create that opened).
+    fn open_file(&self, i: InodeNo, flags: u32, opened: Option<Attr>) -> R<(u64, FopenFlags)> {
+        let attr = match opened {
+            Some(a) => a,
+            None => self.inst.open(i, flags)?,
+        };
         let stamp = (attr.size, attr.mtime);
         let (keep, stale) = {
             let mut nodes = self.t.nodes();
@@ -308,7 +327,7 @@ impl SpillwayFs {
         let removed = self.inst.remove_entry(parent, name, want::NOT_DIR)?;
         let attr = self.inst.link_count(removed.ino, -1)?;
         self.t.remember(&attr, false);
-        self.touch_dir_async(parent, 0);
+        self.touch_dir(parent, 0);
         Ok(())
     }
 
@@ -326,7 +345,7 @@ impl SpillwayFs {
         // A directory's own links: its entry and its ".".
         let attr = self.inst.link_count(entry.ino, -2)?;
         self.t.remember(&attr, false);
-        self.touch_dir_async(parent, -1);
+        self.touch_dir(parent, -1);
         Ok(())
     }
 
@@ -402,10 +421,10 @@ impl SpillwayFs {
             } else {
                 (-moved_out, moved_in)
             };
-            self.touch_dir_async(op, out_delta);
-            self.touch_dir_async(np, in_delta);
+            self.touch_dir(op, out_delta);
+            self.touch_dir(np, in_delta);
         } else {
-            self.touch_dir_async(op, -i32::from(replaced_dir));
+            self.touch_dir(op, -i32::from(replaced_dir));
         }
         Ok(())
     }
@@ -474,7 +493,7 @@ impl SpillwayFs {
                 return Err(e);
             }
         };
-        self.touch_dir_async(np, 0);
+        self.touch_dir(np, 0);
         Ok(attr)
     }
 
@@ -698,7 +717,7 @@ impl Filesystem for SpillwayFs {
     ) {
         let r = match FileKind::from_mode(mode) {
             Some(FileKind::Directory) | Some(FileKind::Symlink) | None => Err(Errno::EINVAL),
-            Some(kind) => self.make(req, ino(parent), name, kind, mode, rdev, &[]),
+            Some(kind) => self.make(req, ino(parent), name, kind, mode, rdev, &[], false),
         };
         self.reply_entry(reply, r);
     }
@@ -712,7 +731,16 @@ impl Filesystem for SpillwayFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.make(req, ino(parent), name, FileKind::Directory, mode, 0, &[]);
+        let r = self.make(
+            req,
+            ino(parent),
+            name,
+            FileKind::Directory,
+            mode,
+            0,
+            &[],
+            false,
+        );
         self.reply_entry(reply, r);
     }
 
@@ -736,7 +764,16 @@ impl Filesystem for SpillwayFs {
         let r = if t.len() > MAX_SYMLINK_LEN {
             Err(Errno::ENAMETOOLONG)
         } else {
-            self.make(req, ino(parent), link_name, FileKind::Symlink, 0o777, 0, t)
+            self.make(
+                req,
+                ino(parent),
+                link_name,
+                FileKind::Symlink,
+                0o777,
+                0,
+                t,
+                false,
+            )
         };
         self.reply_entry(reply, r);
     }
@@ -780,7 +817,7 @@ impl Filesystem for SpillwayFs {
     }
 
     fn open(&self, _req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.open_file(ino(i), flags.0 as u32) {
+        match self.open_file(ino(i), flags.0 as u32, None) {
             Ok((fh, f)) => reply.opened(FileHandle(fh), f),
             Err(e) => reply.error(fe(e)),
         }
@@ -1025,13 +1062,22 @@ impl Filesystem for SpillwayFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let made = self.make(req, ino(parent), name, FileKind::Regular, mode, 0, &[]);
+        let made = self.make(
+            req,
+            ino(parent),
+            name,
+            FileKind::Regular,
+            mode,
+            0,
+            &[],
+            true,
+        );
         let attr = match made {
             Ok(a) => a,
             Err(e) => return reply.error(fe(e)),
         };
         self.t.remember(&attr, true);
-        match self.open_file(attr.ino, flags as u32) {
+        match self.open_file(attr.ino, flags as u32, Some(attr.clone())) {
             Ok((fh, f)) => reply.created(
                 &self.tun.entry_ttl,
                 &self.fuse_attr(&attr),

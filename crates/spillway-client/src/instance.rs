@@ -221,6 +221,29 @@ impl Instance {
             .attr)
     }
 
+    /// `extend_size`, started: the caller overlaps it with other calls.
+    pub fn start_extend_size(
+        &self,
+        ino: InodeNo,
+        size: u64,
+        touch: bool,
+    ) -> Result<PendingCall<'_, ExtendSizeReq>, Errno> {
+        Ok(self
+            .home(ino)?
+            .start(&ExtendSizeReq { ino, size, touch }, &[]))
+    }
+
+    /// `touch_dir`, started.
+    pub fn start_touch_dir(
+        &self,
+        ino: InodeNo,
+        nlink_delta: i32,
+    ) -> Result<PendingCall<'_, TouchDirReq>, Errno> {
+        Ok(self
+            .home(ino)?
+            .start(&TouchDirReq { ino, nlink_delta }, &[]))
+    }
+
     pub fn set_xattr(
         &self,
         ino: InodeNo,

@@ -135,13 +135,23 @@ impl WriteBack {
             // Hold `flushing` so that concurrent writers queue behind this batch.
             st.flushing = true;
             drop(st);
+            // The new size travels to the home while the data travels to the stripes'
+            // servers; the flush returns only when both have arrived.
+            let size_call = self.inst.start_extend_size(self.ino, end, true);
             let r = self.write_out(&batch);
+            let size_reply = size_call.and_then(|c| c.wait());
             st = self.lock();
             st.flushing = false;
             self.cv.notify_all();
             let servers = r?;
             merge_servers(&mut st.unsynced, &servers);
-            st.size_stale = true;
+            return match size_reply {
+                Ok(a) => Ok(Some(a.attr)),
+                Err(e) => {
+                    st.size_stale = true;
+                    Err(e)
+                }
+            };
         }
         if !st.size_stale {
             return Ok(None);

@@ -347,3 +347,54 @@ fn a_purge_completes_when_a_peer_fragment_is_gone() {
     );
     assert!(c.stripes_on(0, f.ino).is_empty());
 }
+
+#[test]
+fn a_create_that_opens_holds_the_inode_like_an_open() {
+    let c = Cluster::start(2, 1 << 30, SS);
+    let req = spillway_wire::CreateReq {
+        parent: root(),
+        name: b"opened".to_vec(),
+        kind: FileKind::Regular,
+        mode: 0o644,
+        uid: 1000,
+        gid: 100,
+        rdev: 0,
+        target: Vec::new(),
+        stripe_size: 0,
+        stripe_width: 0,
+        open: true,
+    };
+    let f = c.call_entry(root(), b"opened", &req).unwrap().attr;
+    c.write(&f, 0, &pattern(SS as usize + 10, 9)).unwrap();
+    let home = c.home(f.ino);
+    c.call_entry(
+        root(),
+        b"opened",
+        &RemoveEntryReq {
+            parent: root(),
+            name: b"opened".to_vec(),
+            want: 0,
+        },
+    )
+    .unwrap();
+    let left = home
+        .call(&LinkCountReq {
+            ino: f.ino,
+            delta: -1,
+        })
+        .unwrap()
+        .attr;
+    assert_eq!(left.nlink, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        c.read(&f, 0, 10).unwrap(),
+        pattern(10, 9),
+        "still open: data stays"
+    );
+    home.call(&ReleaseReq { ino: f.ino }).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || (0..2)
+            .all(|s| c.stripes_on(s, f.ino).is_empty())),
+        "purged after the create's open is released"
+    );
+}

@@ -93,6 +93,7 @@ fn samples(ino: InodeNo) -> Vec<(u16, Vec<u8>)> {
             target: b"t".to_vec(),
             stripe_size: 4096,
             stripe_width: 2,
+            open: false,
         }),
         req(RemoveEntryReq {
             parent: ROOT,

@@ -277,6 +277,7 @@ fn attributes_links_symlinks_xattrs() {
         target: target.clone(),
         stripe_size: 0,
         stripe_width: 0,
+        open: false,
     };
     let s = c.call_entry(root(), b"link", &req).unwrap().attr;
     assert_eq!(s.size, target.len() as u64);

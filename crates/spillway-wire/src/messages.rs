@@ -149,6 +149,8 @@ wire_struct!(CreateReq {
     target: Vec<u8>,
     stripe_size: u32,
     stripe_width: u16,
+    /// Also open the new inode for this connection (create + open in one round trip).
+    open: bool,
 });
 wire_struct!(RemoveEntryReq { parent: InodeNo, name: Vec<u8>, want: u8 });
 wire_struct!(RemoveEntryReply { removed: EntryRef });

@@ -45,6 +45,7 @@ fn create(m: &MetaStore, parent: InodeNo, name: &str, kind: FileKind) -> Result<
             },
             stripe_size: 0,
             stripe_width: 0,
+            open: false,
         },
         HOME,
     )
@@ -433,6 +434,7 @@ fn survives_reopen_and_refuses_after_close() {
         target: Vec::new(),
         stripe_size: 8192,
         stripe_width: 9,
+        open: false,
     };
     let a = m.create(&req, home).unwrap();
     assert_eq!(a.ino, InodeNo::compose(ServerIndex(3), 1));

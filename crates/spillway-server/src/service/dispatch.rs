@@ -45,7 +45,14 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
         Request::LookupReq(r) => Reply::of(&f.meta.lookup(r.parent, &r.name, f.index())?),
         Request::GetAttrReq(r) => attr(f.meta.get_attr(r.ino)?),
         Request::SetAttrReq(r) => attr(f.set_attr(&r)?),
-        Request::CreateReq(r) => attr(f.meta.create(&r, f.home())?),
+        Request::CreateReq(r) => {
+            let a = f.meta.create(&r, f.home())?;
+            if r.open {
+                attr(s.open(a.ino)?)
+            } else {
+                attr(a)
+            }
+        }
         Request::RemoveEntryReq(r) => Reply::of(&RemoveEntryReply {
             removed: f.meta.remove_entry(r.parent, &r.name, r.want)?,
         }),

@@ -190,6 +190,7 @@ impl Cluster {
             target: Vec::new(),
             stripe_size,
             stripe_width,
+            open: false,
         };
         self.call_entry(parent, name.as_bytes(), &req)
             .map(|r| r.attr)
