@@ -901,15 +901,11 @@ impl Filesystem for SpillwayFs {
         Self::empty(reply, r);
     }
 
-    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.inst.read_dir(ino(i), self.tun.readdir_page) {
-            Ok(entries) => {
-                let fh = self.t.new_fh();
-                self.t.dirs().insert(fh, entries);
-                reply.opened(FileHandle(fh), FopenFlags::empty());
-            }
-            Err(e) => reply.error(fe(e)),
-        }
+    fn opendir(&self, _req: &Request, _i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The listing is taken by the first readdir (offset 0), and again on a rewind.
+        let fh = self.t.new_fh();
+        self.t.dirs().insert(fh, Vec::new());
+        reply.opened(FileHandle(fh), FopenFlags::empty());
     }
 
     fn readdir(
@@ -921,7 +917,7 @@ impl Filesystem for SpillwayFs {
         mut reply: ReplyDirectory,
     ) {
         if offset == 0 {
-            // A rewind: show what is there now.
+            // The first call, or a rewind: list what is there now.
             match self.inst.read_dir(ino(i), self.tun.readdir_page) {
                 Ok(entries) => {
                     self.t.dirs().insert(fh.0, entries);
