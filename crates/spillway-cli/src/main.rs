@@ -76,6 +76,17 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Set the stripe size and/or width of an empty file, or of a directory (the
+    /// default for files created in it afterwards; subdirectories do not inherit).
+    Setstripe {
+        path: PathBuf,
+        /// Stripe size, a multiple of 4 KiB up to 64 MiB (e.g. 1M).
+        #[arg(long)]
+        size: Option<String>,
+        /// Number of servers the stripes rotate over (0: all).
+        #[arg(long)]
+        width: Option<u16>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -219,6 +230,19 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Umount { mountpoint } => cluster::unmount(&mountpoint, None),
         Cmd::Cluster { cmd } => cluster_cmd(cmd),
         Cmd::Stripes { path, json } => stripes::show(&path, json),
+        Cmd::Setstripe { path, size, width } => {
+            if size.is_none() && width.is_none() {
+                return Err("give --size and/or --width".into());
+            }
+            if let Some(s) = size {
+                let bytes = size::parse_size(&s)?;
+                stripes::set(&path, "user.spillway.stripe_size", bytes)?;
+            }
+            if let Some(w) = width {
+                stripes::set(&path, "user.spillway.stripe_width", u64::from(w))?;
+            }
+            stripes::show(&path, false)
+        }
     }
 }
 

@@ -96,3 +96,28 @@ pub fn show(path: &Path, json: bool) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Set one of the client's stripe-control attributes on `path`.
+pub fn set(path: &Path, name: &str, value: u64) -> Result<(), String> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let n = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
+    let v = value.to_string();
+    // SAFETY: valid NUL-terminated strings and a buffer with its true length.
+    let r = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        let why = match e.raw_os_error() {
+            Some(libc::EBUSY) => "the file already holds data".to_string(),
+            Some(libc::EINVAL) => {
+                "invalid value (size: multiple of 4 KiB up to 64 MiB; width: 0..=servers)"
+                    .to_string()
+            }
+            _ => e.to_string(),
+        };
+        return Err(format!(
+            "{}: cannot set {name}={value}: {why}",
+            path.display()
+        ));
+    }
+    Ok(())
+}

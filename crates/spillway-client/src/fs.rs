@@ -38,6 +38,10 @@ pub struct SpillwayFs {
 /// Read-only virtual attribute describing a file's placement (for `spillway stripes`).
 /// It is answered by the client and never stored or listed.
 pub const LAYOUT_XATTR: &[u8] = b"user.spillway.layout";
+/// Stripe geometry of a file (settable until it holds data) or of a directory (the
+/// default for new files in it), as decimal text. Answered by the client, not listed.
+pub const STRIPE_SIZE_XATTR: &[u8] = b"user.spillway.stripe_size";
+pub const STRIPE_WIDTH_XATTR: &[u8] = b"user.spillway.stripe_width";
 
 type R<T> = Result<T, Errno>;
 
@@ -97,6 +101,37 @@ impl SpillwayFs {
             notifier,
             origin,
         }
+    }
+
+    /// Set one stripe parameter (size or width) of a file or directory.
+    fn set_stripe_param(&self, i: InodeNo, name: &[u8], value: &[u8]) -> R<()> {
+        let v: u64 = std::str::from_utf8(value)
+            .ok()
+            .and_then(|s| s.trim().trim_end_matches('\0').parse().ok())
+            .ok_or(Errno::EINVAL)?;
+        // Data still buffered here counts as data: it must reach the servers first, so
+        // the home can refuse a change to a file that is no longer empty.
+        if let Some(wb) = self.t.writeback(i) {
+            self.note_flushed(wb.flush()?);
+        }
+        let cur = self.inst.getattr(i)?;
+        let (size, width) = if name == STRIPE_SIZE_XATTR {
+            (
+                u32::try_from(v).map_err(|_| Errno::EINVAL)?,
+                cur.stripe_width,
+            )
+        } else {
+            (
+                cur.stripe_size,
+                u16::try_from(v).map_err(|_| Errno::EINVAL)?,
+            )
+        };
+        let attr = self.inst.set_layout(i, size, width)?;
+        if let Some(wb) = self.t.writeback(i) {
+            wb.relayout(&attr);
+        }
+        self.t.remember(&attr, false);
+        Ok(())
     }
 
     fn layout_json(&self, i: InodeNo) -> R<Vec<u8>> {
@@ -215,8 +250,18 @@ impl SpillwayFs {
             gid,
             rdev,
             target: target.to_vec(),
-            stripe_size: 0,
-            stripe_width: 0,
+            // New files take their directory's stripe setting; subdirectories
+            // (and other kinds) take the instance's default.
+            stripe_size: if kind == FileKind::Regular {
+                pattr.stripe_size
+            } else {
+                0
+            },
+            stripe_width: if kind == FileKind::Regular {
+                pattr.stripe_width
+            } else {
+                0
+            },
             open,
         };
         if kind == FileKind::Directory {
@@ -1010,6 +1055,9 @@ impl Filesystem for SpillwayFs {
         if n == LAYOUT_XATTR {
             return reply.error(fuser::Errno::EPERM);
         }
+        if n == STRIPE_SIZE_XATTR || n == STRIPE_WIDTH_XATTR {
+            return Self::empty(reply, self.set_stripe_param(ino(i), n, value));
+        }
         if n.starts_with(b"system.") {
             // POSIX ACLs are not enforced here: refuse them rather than store them.
             return reply.error(fuser::Errno::EOPNOTSUPP);
@@ -1024,6 +1072,17 @@ impl Filesystem for SpillwayFs {
         }
         if n == LAYOUT_XATTR {
             return Self::xattr_reply(reply, size, self.layout_json(ino(i)));
+        }
+        if n == STRIPE_SIZE_XATTR || n == STRIPE_WIDTH_XATTR {
+            let r = self.inst.getattr(ino(i)).map(|a| {
+                let v = if n == STRIPE_SIZE_XATTR {
+                    u64::from(a.stripe_size)
+                } else {
+                    u64::from(a.stripe_width)
+                };
+                v.to_string().into_bytes()
+            });
+            return Self::xattr_reply(reply, size, r);
         }
         Self::xattr_reply(reply, size, self.inst.get_xattr(ino(i), n));
     }
@@ -1042,7 +1101,11 @@ impl Filesystem for SpillwayFs {
 
     fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let n = name.as_bytes();
-        if n.starts_with(b"system.") {
+        if n.starts_with(b"system.")
+            || n == LAYOUT_XATTR
+            || n == STRIPE_SIZE_XATTR
+            || n == STRIPE_WIDTH_XATTR
+        {
             return reply.error(fuser::Errno::EOPNOTSUPP);
         }
         Self::empty(reply, self.inst.remove_xattr(ino(i), n));

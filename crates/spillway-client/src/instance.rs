@@ -283,6 +283,20 @@ impl Instance {
             .map(|_| ())
     }
 
+    pub fn set_layout(
+        &self,
+        ino: InodeNo,
+        stripe_size: u32,
+        stripe_width: u16,
+    ) -> Result<Attr, Errno> {
+        let req = SetLayoutReq {
+            ino,
+            stripe_size,
+            stripe_width,
+        };
+        Ok(self.home(ino)?.call(&req)?.attr)
+    }
+
     pub fn read_link(&self, ino: InodeNo) -> Result<Vec<u8>, Errno> {
         Ok(self.home(ino)?.call(&ReadLinkReq { ino })?.value)
     }

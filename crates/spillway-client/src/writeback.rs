@@ -17,7 +17,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 pub struct WriteBack {
     inst: Arc<Instance>,
     ino: InodeNo,
-    layout: Layout,
+    /// Where the file's stripes go (may change while the file is still empty).
+    layout: Mutex<Layout>,
     budget: usize,
     st: Mutex<State>,
     cv: Condvar,
@@ -50,7 +51,7 @@ impl WriteBack {
         WriteBack {
             inst,
             ino: attr.ino,
-            layout,
+            layout: Mutex::new(layout),
             budget: budget.max(1 << 20),
             st: Mutex::new(st),
             cv: Condvar::new(),
@@ -112,7 +113,8 @@ impl WriteBack {
     fn write_out(&self, batch: &BTreeMap<u64, Vec<u8>>) -> Result<Vec<ServerIndex>, Errno> {
         let mut servers = Vec::new();
         for (&off, data) in batch {
-            let s = self.inst.write(&self.layout, self.ino, off, data)?;
+            let layout = *self.layout.lock().unwrap_or_else(|e| e.into_inner());
+            let s = self.inst.write(&layout, self.ino, off, data)?;
             merge_servers(&mut servers, &s);
         }
         Ok(servers)
@@ -178,6 +180,11 @@ impl WriteBack {
         }
         self.inst.sync_meta(self.ino)?;
         Ok(attr)
+    }
+
+    /// The file's stripe geometry changed (it had no data yet).
+    pub fn relayout(&self, attr: &Attr) {
+        *self.layout.lock().unwrap_or_else(|e| e.into_inner()) = self.inst.layout(attr);
     }
 
     /// The file was truncated to `size` (after a flush): forget what lay beyond.

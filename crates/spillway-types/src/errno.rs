@@ -30,6 +30,7 @@ impl Errno {
     pub const EPROTO: Errno = Errno(libc::EPROTO);
     pub const ESTALE: Errno = Errno(libc::ESTALE);
     pub const EMLINK: Errno = Errno(libc::EMLINK);
+    pub const EBUSY: Errno = Errno(libc::EBUSY);
     pub const E2BIG: Errno = Errno(libc::E2BIG);
 
     /// Map an I/O error to the errno it carries, EIO when it carries none.

@@ -211,6 +211,12 @@ wire_struct!(StatFsReply {
 });
 wire_struct!(SyncMetaReq {});
 wire_struct!(
+    /// Set the stripe geometry of a regular file that holds no data yet, or of a
+    /// directory (then the default for files created in it; subdirectories do not
+    /// inherit it). `stripe_width` 0 means all servers.
+    SetLayoutReq { ino: InodeNo, stripe_size: u32, stripe_width: u16 }
+);
+wire_struct!(
     /// The target of a symlink (BytesReply).
     ReadLinkReq { ino: InodeNo }
 );
@@ -322,6 +328,7 @@ calls! {
     39 StatFsReq -> StatFsReply, true;
     40 SyncMetaReq -> Empty, true;
     41 ReadLinkReq -> BytesReply, true;
+    42 SetLayoutReq -> AttrReply, true;
     62 TruncateDataReq -> Empty, true;
     63 SyncDataReq -> Empty, true;
     64 DeleteDataReq -> Empty, true;

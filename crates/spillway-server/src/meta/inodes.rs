@@ -2,6 +2,7 @@
 
 use crate::error::{fs, StoreResult};
 use crate::meta::{rows, MetaStore};
+use spillway_types::tunables::MAX_STRIPE_SIZE;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec};
 use spillway_wire::{setattr, SetAttrReq};
 
@@ -121,6 +122,41 @@ impl MetaStore {
             if grows || touch {
                 rows::update_inode(tx, &a)?;
             }
+            Ok(a)
+        })
+    }
+
+    /// Stripe geometry of a file without data (EBUSY once it has a size), or of a
+    /// directory (the default of files created in it).
+    pub fn set_layout(
+        &self,
+        ino: InodeNo,
+        stripe_size: u32,
+        stripe_width: u16,
+        servers: u16,
+    ) -> StoreResult<Attr> {
+        if stripe_size == 0 || !stripe_size.is_multiple_of(4096) || stripe_size > MAX_STRIPE_SIZE {
+            return Err(fs(Errno::EINVAL));
+        }
+        if stripe_width > servers {
+            return Err(fs(Errno::EINVAL));
+        }
+        let width = if stripe_width == 0 {
+            servers
+        } else {
+            stripe_width
+        };
+        self.txn(|tx| {
+            let mut a = rows::get_inode(tx, ino)?.ok_or(fs(Errno::ENOENT))?;
+            match a.kind {
+                FileKind::Regular if a.size > 0 => return Err(fs(Errno::EBUSY)),
+                FileKind::Regular | FileKind::Directory => {}
+                _ => return Err(fs(Errno::EINVAL)),
+            }
+            a.stripe_size = stripe_size;
+            a.stripe_width = width;
+            a.ctime = Timespec::now();
+            rows::update_layout(tx, &a)?;
             Ok(a)
         })
     }

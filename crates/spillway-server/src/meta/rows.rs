@@ -144,6 +144,21 @@ pub fn update_inode(c: &Connection, a: &Attr) -> StoreResult<()> {
     Ok(())
 }
 
+/// The stripe geometry (SetLayout only: everything else keeps it for life).
+pub fn update_layout(c: &Connection, a: &Attr) -> StoreResult<()> {
+    c.prepare_cached(
+        "UPDATE inodes SET stripe_size=?2, stripe_width=?3, ctime_s=?4, ctime_ns=?5 WHERE ino=?1",
+    )?
+    .execute(params![
+        ino_sql(a.ino),
+        a.stripe_size,
+        a.stripe_width,
+        a.ctime.sec,
+        a.ctime.nsec
+    ])?;
+    Ok(())
+}
+
 pub fn delete_inode(c: &Connection, ino: InodeNo) -> StoreResult<()> {
     c.prepare_cached("DELETE FROM inodes WHERE ino = ?1")?
         .execute(params![ino_sql(ino)])?;

@@ -491,3 +491,27 @@ fn truncate_that_changes_the_size_updates_mtime() {
     let c = m.set_attr(&req).unwrap();
     assert_eq!(c.mtime, b.mtime);
 }
+
+#[test]
+fn layout_is_settable_until_data_exists() {
+    let (_d, m) = store();
+    let f = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
+    let a = m.set_layout(f.ino, 1 << 20, 1, 2).unwrap();
+    assert_eq!((a.stripe_size, a.stripe_width), (1 << 20, 1));
+    let stored = m.get_attr(f.ino).unwrap();
+    assert_eq!(
+        (stored.stripe_size, stored.stripe_width),
+        (1 << 20, 1),
+        "persisted"
+    );
+    assert_eq!(m.set_layout(f.ino, 4096, 0, 2).unwrap().stripe_width, 2);
+    assert_eq!(errno(m.set_layout(f.ino, 1000, 1, 2)), Errno::EINVAL);
+    assert_eq!(errno(m.set_layout(f.ino, 0, 1, 2)), Errno::EINVAL);
+    assert_eq!(errno(m.set_layout(f.ino, 4096, 3, 2)), Errno::EINVAL);
+    m.extend_size(f.ino, 1, false).unwrap();
+    assert_eq!(errno(m.set_layout(f.ino, 8192, 1, 2)), Errno::EBUSY);
+    let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
+    assert_eq!(m.set_layout(d.ino, 65536, 1, 2).unwrap().stripe_size, 65536);
+    let l = create(&m, ROOT_INODE, "l", FileKind::Symlink).unwrap();
+    assert_eq!(errno(m.set_layout(l.ino, 65536, 1, 2)), Errno::EINVAL);
+}

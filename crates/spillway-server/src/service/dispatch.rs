@@ -79,6 +79,12 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
             empty()
         }
         Request::ExtendSizeReq(r) => attr(f.meta.extend_size(r.ino, r.size, r.touch)?),
+        Request::SetLayoutReq(r) => {
+            attr(
+                f.meta
+                    .set_layout(r.ino, r.stripe_size, r.stripe_width, f.home().count)?,
+            )
+        }
         Request::SetXattrReq(r) => f
             .meta
             .set_xattr(r.ino, &r.name, &r.value, r.flags)
