@@ -51,7 +51,7 @@ impl FragmentConfig {
             ));
         }
         if self.stripe_size == 0
-            || self.stripe_size % 4096 != 0
+            || !self.stripe_size.is_multiple_of(4096)
             || self.stripe_size > MAX_STRIPE_SIZE
         {
             return Err(format!("bad stripe size {}", self.stripe_size));

@@ -58,7 +58,7 @@ impl MetaStore {
         } else {
             req.stripe_size
         };
-        if stripe_size == 0 || stripe_size % 4096 != 0 || stripe_size > MAX_STRIPE_SIZE {
+        if stripe_size == 0 || !stripe_size.is_multiple_of(4096) || stripe_size > MAX_STRIPE_SIZE {
             return Err(fs(Errno::EINVAL));
         }
         let count = home.count.max(1);
