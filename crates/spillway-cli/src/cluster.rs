@@ -93,26 +93,63 @@ fn free_port() -> Result<u16, String> {
     l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
 
-/// Network namespace name and addresses of server `k` of an instance.
-fn netns_plan(instance: u64, k: u16) -> (String, String, String, String, String) {
+/// The network of a `--netns` cluster: a bridge in this (the client's) namespace and,
+/// per server, a namespace joined to the bridge by a veth pair. Client and servers
+/// share one subnet, so servers reach each other too (purges, truncates) without
+/// forwarding.
+struct NetPlan {
+    bridge: String,
+    bridge_cidr: String,
+}
+
+fn net_plan(instance: u64) -> NetPlan {
+    let tag = format!("{:04x}", instance & 0xffff);
+    let net = 200 + (instance % 50);
+    NetPlan {
+        bridge: format!("spwbr{tag}"),
+        bridge_cidr: format!("10.{net}.0.1/24"),
+    }
+}
+
+/// Namespace, host-side veth, namespace-side veth, and address of server `k`.
+fn netns_plan(instance: u64, k: u16) -> (String, String, String, String) {
     let tag = format!("{:04x}", instance & 0xffff);
     let net = 200 + (instance % 50);
     (
         format!("spw-{tag}-s{k}"),
         format!("spw{tag}h{k}"),
         format!("spw{tag}n{k}"),
-        format!("10.{net}.{k}.1/24"),
-        format!("10.{net}.{k}.2"),
+        format!("10.{net}.0.{}", u32::from(k) + 2),
     )
 }
 
+fn setup_bridge(instance: u64) -> Result<(), String> {
+    let p = net_plan(instance);
+    if Path::new("/sys/class/net").join(&p.bridge).exists() {
+        return Ok(());
+    }
+    run(Command::new("ip").args(["link", "add", "name", &p.bridge, "type", "bridge"]))?;
+    run(Command::new("ip").args(["addr", "add", &p.bridge_cidr, "dev", &p.bridge]))?;
+    run(Command::new("ip").args(["link", "set", &p.bridge, "up"]))
+}
+
+fn teardown_bridge(instance: u64) {
+    let p = net_plan(instance);
+    let _ = Command::new("ip").args(["link", "del", &p.bridge]).output();
+}
+
 fn setup_netns(instance: u64, k: u16) -> Result<(String, String), String> {
-    let (ns, vh, vn, host_cidr, ns_addr) = netns_plan(instance, k);
+    if k > 250 {
+        return Err("--netns supports at most 251 servers".into());
+    }
+    setup_bridge(instance)?;
+    let bridge = net_plan(instance).bridge;
+    let (ns, vh, vn, addr) = netns_plan(instance, k);
     let _ = Command::new("ip").args(["netns", "del", &ns]).output();
     run(Command::new("ip").args(["netns", "add", &ns]))?;
     run(Command::new("ip").args(["link", "add", &vh, "type", "veth", "peer", "name", &vn]))?;
     run(Command::new("ip").args(["link", "set", &vn, "netns", &ns]))?;
-    run(Command::new("ip").args(["addr", "add", &host_cidr, "dev", &vh]))?;
+    run(Command::new("ip").args(["link", "set", &vh, "master", &bridge]))?;
     run(Command::new("ip").args(["link", "set", &vh, "up"]))?;
     run(Command::new("ip").args([
         "netns",
@@ -121,13 +158,13 @@ fn setup_netns(instance: u64, k: u16) -> Result<(String, String), String> {
         "ip",
         "addr",
         "add",
-        &format!("{ns_addr}/24"),
+        &format!("{addr}/24"),
         "dev",
         &vn,
     ]))?;
     run(Command::new("ip").args(["netns", "exec", &ns, "ip", "link", "set", &vn, "up"]))?;
     run(Command::new("ip").args(["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]))?;
-    Ok((ns, format!("{ns_addr}:7000")))
+    Ok((ns, format!("{addr}:7000")))
 }
 
 fn spawn_server(dir: &Path, s: &ServerState) -> Result<i32, String> {
@@ -197,7 +234,16 @@ pub fn alive(pid: i32) -> bool {
         libc::waitpid(pid, &mut st, libc::WNOHANG);
     }
     // SAFETY: signal 0 only checks existence.
-    unsafe { libc::kill(pid, 0) == 0 }
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    // An exited process that is not our child stays a zombie until its parent (often
+    // init) reaps it: it is gone for our purposes.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z') | Some('X') | None)
 }
 
 fn stop_pid(pid: i32, first: i32) {
@@ -310,9 +356,11 @@ pub fn up(a: UpArgs) -> Result<PathBuf, String> {
         wait_listening(&s, pid)?;
     }
     // Fragments (idempotent: a resumed cluster finds them in place).
+    // Fragments split the capacity exactly (the first ones take the remainder's bytes),
+    // so the instance size statfs reports is the size asked for.
     let n = st.servers.len() as u64;
-    let per = (st.capacity / n) / 4096 * 4096;
     for s in &st.servers {
+        let per = st.capacity / n + u64::from(u64::from(s.index) < st.capacity % n);
         let ep = admin(s)?;
         ep.call(&FragmentCreateReq {
             instance: st.instance,
@@ -458,6 +506,9 @@ pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {
         if let Some(ns) = &s.netns {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
+    }
+    if st.servers.iter().any(|s| s.netns.is_some()) {
+        teardown_bridge(st.instance);
     }
     if keep_data {
         let mut st = st;

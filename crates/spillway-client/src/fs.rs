@@ -49,6 +49,17 @@ fn fe(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.0)
 }
 
+/// An inode the kernel reaches through a cached name may have been removed by another
+/// client (unlink, rename over it). ESTALE makes the VFS walk the path again with a fresh
+/// lookup (LOOKUP_REVAL) instead of failing with ENOENT: close-to-open across clients.
+fn gone(e: Errno) -> Errno {
+    if e == Errno::ENOENT {
+        Errno::ESTALE
+    } else {
+        e
+    }
+}
+
 fn ino(i: INodeNo) -> InodeNo {
     InodeNo(i.0)
 }
@@ -285,7 +296,7 @@ impl SpillwayFs {
     fn open_file(&self, i: InodeNo, flags: u32, opened: Option<Attr>) -> R<(u64, FopenFlags)> {
         let attr = match opened {
             Some(a) => a,
-            None => self.inst.open(i, flags)?,
+            None => self.inst.open(i, flags).map_err(gone)?,
         };
         let stamp = (attr.size, attr.mtime);
         let (keep, stale) = {
@@ -684,7 +695,7 @@ impl Filesystem for SpillwayFs {
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.reply_attr(reply, self.inst.getattr(ino(i)));
+        self.reply_attr(reply, self.inst.getattr(ino(i)).map_err(gone));
     }
 
     fn setattr(
@@ -740,7 +751,7 @@ impl Filesystem for SpillwayFs {
             req.ctime = Timespec::from_system_time(c);
         }
         req.valid = valid;
-        self.reply_attr(reply, self.do_setattr(ino(i), req));
+        self.reply_attr(reply, self.do_setattr(ino(i), req).map_err(gone));
     }
 
     fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
