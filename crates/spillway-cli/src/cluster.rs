@@ -508,6 +508,19 @@ pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {
         }
     }
     if st.servers.iter().any(|s| s.netns.is_some()) {
+        // Deleting a namespace returns before the kernel has destroyed it and its veth
+        // pair: wait for the host ends to go, and remove any that stay.
+        for s in &st.servers {
+            let (_, vh, _, _) = netns_plan(st.instance, s.index);
+            let link = Path::new("/sys/class/net").join(&vh);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while link.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if link.exists() {
+                let _ = Command::new("ip").args(["link", "del", &vh]).output();
+            }
+        }
         teardown_bridge(st.instance);
     }
     if keep_data {

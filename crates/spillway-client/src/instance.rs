@@ -217,7 +217,12 @@ impl Instance {
     pub fn extend_size(&self, ino: InodeNo, size: u64, touch: bool) -> Result<Attr, Errno> {
         Ok(self
             .home(ino)?
-            .call(&ExtendSizeReq { ino, size, touch })?
+            .call(&ExtendSizeReq {
+                ino,
+                size,
+                touch,
+                sync: false,
+            })?
             .attr)
     }
 
@@ -227,10 +232,17 @@ impl Instance {
         ino: InodeNo,
         size: u64,
         touch: bool,
+        sync: bool,
     ) -> Result<PendingCall<'_, ExtendSizeReq>, Errno> {
-        Ok(self
-            .home(ino)?
-            .start(&ExtendSizeReq { ino, size, touch }, &[]))
+        Ok(self.home(ino)?.start(
+            &ExtendSizeReq {
+                ino,
+                size,
+                touch,
+                sync,
+            },
+            &[],
+        ))
     }
 
     /// `touch_dir`, started.
@@ -356,35 +368,35 @@ impl Instance {
         Ok(out)
     }
 
-    /// Write one run of bytes at `offset`, split over stripes, all pieces in flight at
-    /// once. Returns the servers written to (for a later fsync).
-    pub fn write(
+    /// Write runs of bytes (offset → data), split over stripes, every piece in flight
+    /// at once. With `sync`, each server fdatasyncs the file's dirty stripes before it
+    /// answers. Returns the servers written to.
+    pub fn write_runs(
         &self,
         layout: &Layout,
         ino: InodeNo,
-        offset: u64,
-        data: &[u8],
+        runs: &std::collections::BTreeMap<u64, Vec<u8>>,
+        sync: bool,
     ) -> Result<Vec<ServerIndex>, Errno> {
-        let pieces = layout.pieces(offset, data.len() as u64);
-        let mut calls = Vec::with_capacity(pieces.len());
+        let mut calls = Vec::new();
         let mut touched = Vec::new();
-        let mut pos = 0usize;
-        for &(stripe, within, n) in &pieces {
-            let server = layout.server_of(stripe);
-            if !touched.contains(&server) {
-                touched.push(server);
-            }
-            let ep = self.server(server)?;
-            let chunk = &data[pos..pos + n as usize];
-            calls.push(ep.start(
-                &WriteReq {
+        for (&offset, data) in runs {
+            let mut pos = 0usize;
+            for (stripe, within, n) in layout.pieces(offset, data.len() as u64) {
+                let server = layout.server_of(stripe);
+                if !touched.contains(&server) {
+                    touched.push(server);
+                }
+                let chunk = &data[pos..pos + n as usize];
+                let req = WriteReq {
                     ino,
                     stripe: stripe.0,
                     offset: within,
-                },
-                chunk,
-            ));
-            pos += n as usize;
+                    sync,
+                };
+                calls.push(self.server(server)?.start(&req, chunk));
+                pos += n as usize;
+            }
         }
         let mut first_err = None;
         for call in calls {
@@ -396,6 +408,31 @@ impl Instance {
             Some(e) => Err(e),
             None => Ok(touched),
         }
+    }
+
+    /// Write one run of bytes at `offset` (no buffering, no sync).
+    pub fn write(
+        &self,
+        layout: &Layout,
+        ino: InodeNo,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Vec<ServerIndex>, Errno> {
+        let mut runs = std::collections::BTreeMap::new();
+        runs.insert(offset, data.to_vec());
+        self.write_runs(layout, ino, &runs, false)
+    }
+
+    /// fdatasync a file's dirty stripes on the given servers, started.
+    pub fn start_sync_data(
+        &self,
+        ino: InodeNo,
+        servers: &[ServerIndex],
+    ) -> Result<Vec<PendingCall<'_, SyncDataReq>>, Errno> {
+        servers
+            .iter()
+            .map(|&s| Ok(self.server(s)?.start(&SyncDataReq { ino }, &[])))
+            .collect()
     }
 
     /// Make a file's data durable on the given servers.

@@ -39,6 +39,8 @@ struct State {
     unsynced: Vec<ServerIndex>,
     /// Data reached the servers but the home does not know the new size/mtime yet.
     size_stale: bool,
+    /// The home was told a size/mtime that it has not made durable yet.
+    meta_unsynced: bool,
 }
 
 impl WriteBack {
@@ -111,18 +113,27 @@ impl WriteBack {
     }
 
     fn write_out(&self, batch: &BTreeMap<u64, Vec<u8>>) -> Result<Vec<ServerIndex>, Errno> {
-        let mut servers = Vec::new();
-        for (&off, data) in batch {
-            let layout = *self.layout.lock().unwrap_or_else(|e| e.into_inner());
-            let s = self.inst.write(&layout, self.ino, off, data)?;
-            merge_servers(&mut servers, &s);
-        }
-        Ok(servers)
+        let layout = *self.layout.lock().unwrap_or_else(|e| e.into_inner());
+        self.inst.write_runs(&layout, self.ino, batch, false)
     }
 
-    /// Write everything dirty to the servers and tell the home the new size. Returns
-    /// the home's attributes when it was told something.
+    /// Write everything dirty to the servers and tell the home the new size, so that
+    /// another client opening the file afterwards sees it (close-to-open). Returns the
+    /// home's attributes when it was told something.
     pub fn flush(&self) -> Result<Option<Attr>, Errno> {
+        self.push(false)
+    }
+
+    /// `flush`, and make the file's data and metadata durable on every server.
+    pub fn fsync(&self) -> Result<Option<Attr>, Errno> {
+        self.push(true)
+    }
+
+    /// One round of requests, all in flight at once: the dirty runs to their stripes'
+    /// servers (each fdatasync'ed there when `durable`), an fdatasync on servers still
+    /// holding older unsynced data of the file, and the new size and mtime to the home
+    /// (its log synced when `durable`). A 4 KiB write + fsync costs one round trip.
+    fn push(&self, durable: bool) -> Result<Option<Attr>, Errno> {
         let mut st = self.lock();
         while st.flushing {
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -133,52 +144,69 @@ impl WriteBack {
         let batch = std::mem::take(&mut st.dirty);
         st.dirty_bytes = 0;
         let end = st.end;
-        if !batch.is_empty() {
-            // Hold `flushing` so that concurrent writers queue behind this batch.
-            st.flushing = true;
-            drop(st);
-            // The new size travels to the home while the data travels to the stripes'
-            // servers; the flush returns only when both have arrived.
-            let size_call = self.inst.start_extend_size(self.ino, end, true);
-            let r = self.write_out(&batch);
-            let size_reply = size_call.and_then(|c| c.wait());
-            st = self.lock();
-            st.flushing = false;
-            self.cv.notify_all();
-            let servers = r?;
-            merge_servers(&mut st.unsynced, &servers);
-            return match size_reply {
-                Ok(a) => Ok(Some(a.attr)),
-                Err(e) => {
-                    st.size_stale = true;
-                    Err(e)
-                }
-            };
-        }
-        if !st.size_stale {
+        let wrote = !batch.is_empty() || st.size_stale;
+        let tell_home = wrote || (durable && st.meta_unsynced);
+        let unsynced = if durable {
+            std::mem::take(&mut st.unsynced)
+        } else {
+            Vec::new()
+        };
+        if !tell_home && unsynced.is_empty() {
             return Ok(None);
         }
         st.size_stale = false;
+        // Hold `flushing` so that concurrent writers queue behind this round.
+        st.flushing = true;
         drop(st);
-        match self.inst.extend_size(self.ino, end, true) {
-            Ok(a) => Ok(Some(a)),
-            Err(e) => {
-                self.lock().size_stale = true;
-                Err(e)
-            }
-        }
-    }
 
-    /// Flush, then make the data and the size durable on the servers.
-    pub fn fsync(&self) -> Result<Option<Attr>, Errno> {
-        let attr = self.flush()?;
-        let servers = std::mem::take(&mut self.lock().unsynced);
-        if let Err(e) = self.inst.sync_data(self.ino, &servers) {
-            let mut st = self.lock();
-            merge_servers(&mut st.unsynced, &servers);
-            return Err(e);
+        let layout = *self.layout.lock().unwrap_or_else(|e| e.into_inner());
+        let size_call =
+            tell_home.then(|| self.inst.start_extend_size(self.ino, end, wrote, durable));
+        let batch_servers: Vec<ServerIndex> = batch
+            .iter()
+            .flat_map(|(&off, d)| layout.pieces(off, d.len() as u64))
+            .map(|(k, _, _)| layout.server_of(k))
+            .collect();
+        let older: Vec<ServerIndex> = unsynced
+            .iter()
+            .copied()
+            .filter(|s| !batch_servers.contains(s))
+            .collect();
+        let sync_calls = self.inst.start_sync_data(self.ino, &older);
+        let written = self.inst.write_runs(&layout, self.ino, &batch, durable);
+        let synced =
+            sync_calls.and_then(|calls| calls.into_iter().try_for_each(|c| c.wait().map(|_| ())));
+        let size_reply = size_call.map(|c| c.and_then(|c| c.wait()));
+
+        let mut st = self.lock();
+        st.flushing = false;
+        self.cv.notify_all();
+        // Whatever failed is remembered for the next push, never forgotten.
+        if synced.is_err() {
+            merge_servers(&mut st.unsynced, &unsynced);
         }
-        self.inst.sync_meta(self.ino)?;
+        match &written {
+            Ok(servers) if !durable => merge_servers(&mut st.unsynced, servers),
+            Ok(_) => {}
+            Err(_) => merge_servers(&mut st.unsynced, &unsynced),
+        }
+        let attr = match size_reply {
+            None => None,
+            Some(Ok(a)) => {
+                st.meta_unsynced = !durable;
+                Some(a.attr)
+            }
+            Some(Err(e)) => {
+                st.size_stale |= wrote;
+                st.meta_unsynced = true;
+                drop(st);
+                written?;
+                return Err(e);
+            }
+        };
+        drop(st);
+        written?;
+        synced?;
         Ok(attr)
     }
 

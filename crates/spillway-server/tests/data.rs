@@ -71,6 +71,7 @@ fn write_and_read_across_stripes() {
             ino: f.ino,
             stripe: 0,
             offset: 64 << 20,
+            sync: false,
         },
         b"x",
     );
@@ -105,6 +106,7 @@ fn enospc_at_capacity_writes_nothing() {
                 ino: f.ino,
                 stripe: k * 2,
                 offset: 0,
+                sync: false,
             },
             &vec![1u8; SS as usize],
         )
@@ -116,6 +118,7 @@ fn enospc_at_capacity_writes_nothing() {
             ino: f.ino,
             stripe: 100,
             offset: 0,
+            sync: false,
         },
         b"x",
     );
@@ -125,6 +128,7 @@ fn enospc_at_capacity_writes_nothing() {
             ino: f.ino,
             stripe: 0,
             offset: SS - 1,
+            sync: false,
         },
         b"xy",
     );
@@ -150,6 +154,7 @@ fn enospc_at_capacity_writes_nothing() {
             ino: f.ino,
             stripe: 0,
             offset: 0,
+            sync: false,
         },
         &[2u8; 100],
     )

@@ -33,6 +33,7 @@ fn writing_5000_files_keeps_fds_bounded() {
                     ino: f.ino,
                     stripe: 0,
                     offset: 0,
+                    sync: false,
                 },
                 &[i as u8; 4096],
             )

@@ -41,6 +41,7 @@ fn samples(ino: InodeNo) -> Vec<(u16, Vec<u8>)> {
         ino,
         stripe: 1,
         offset: 10,
+        sync: false,
     }
     .to_bytes();
     write.extend_from_slice(b"some bulk data");
@@ -131,6 +132,7 @@ fn samples(ino: InodeNo) -> Vec<(u16, Vec<u8>)> {
             ino,
             size: 100,
             touch: true,
+            sync: false,
         }),
         req(SetXattrReq {
             ino,

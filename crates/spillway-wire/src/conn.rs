@@ -1,20 +1,19 @@
 //! The calling side of a connection. Many calls may be in flight on one connection:
-//! each carries an id, a reader thread hands each reply to its waiter, and every wait
-//! ends at the call's deadline. An `Endpoint` owns the connection to one server and
-//! reconnects when it breaks (a restarted server), resending what is safe to resend.
+//! each carries an id and every wait ends at the call's deadline. Replies are read by
+//! the callers themselves (see `Conn`). An `Endpoint` owns the connection to one server
+//! and reconnects when it breaks (a restarted server), resending what is safe to resend.
 
 use crate::codec::Wire;
-use crate::frame::{read_frame, FrameHeader, FrameKind};
+use crate::frame::{read_frame, FrameHeader, FrameKind, HEADER_LEN};
 use crate::messages::{Call, HelloReply, HelloReq};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use spillway_types::tunables::MAX_FRAME_LEN;
 use spillway_types::Errno;
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{ErrorKind, Read, Write};
 use std::marker::PhantomData;
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 /// Bulk data received in a request frame: the frame body and where the data starts.
@@ -53,21 +52,131 @@ impl CallError {
     }
 }
 
-type Waiter = Sender<Result<Vec<u8>, CallError>>;
-/// Where a call's reply (the frame body) or its failure arrives.
-pub type ReplySlot = Receiver<Result<Vec<u8>, CallError>>;
+/// Where one call's outcome lands, and how its caller is woken.
+struct Slot {
+    state: Mutex<SlotState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    result: Option<Result<Vec<u8>, CallError>>,
+    /// Nobody is reading the connection any more: the caller should take over.
+    nudged: bool,
+    /// The caller sleeps on this slot (only such callers are nudged).
+    waiting: bool,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn fill(&self, r: Result<Vec<u8>, CallError>) {
+        self.lock().result = Some(r);
+        self.cv.notify_one();
+    }
+    fn nudge(&self) {
+        self.lock().nudged = true;
+        self.cv.notify_one();
+    }
+}
+
+/// The read side of a connection and the frame being read, kept across reads that time
+/// out part-way so that a partial frame is never lost.
+struct Reader {
+    stream: TcpStream,
+    head: [u8; HEADER_LEN],
+    head_filled: usize,
+    body: Vec<u8>,
+    body_filled: usize,
+}
+
+enum ReadOutcome {
+    Frame(FrameHeader, Vec<u8>),
+    TimedOut,
+    Broken,
+}
+
+impl Reader {
+    /// Read until one whole frame is in, the timeout passes, or the stream breaks.
+    fn next(&mut self, timeout: Duration) -> ReadOutcome {
+        if self
+            .stream
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .is_err()
+        {
+            return ReadOutcome::Broken;
+        }
+        loop {
+            let r = if self.head_filled < HEADER_LEN {
+                self.stream.read(&mut self.head[self.head_filled..])
+            } else {
+                self.stream.read(&mut self.body[self.body_filled..])
+            };
+            match r {
+                Ok(0) => return ReadOutcome::Broken,
+                Ok(n) => {
+                    if self.head_filled < HEADER_LEN {
+                        self.head_filled += n;
+                        if self.head_filled == HEADER_LEN {
+                            let len = u32::from_le_bytes([
+                                self.head[0],
+                                self.head[1],
+                                self.head[2],
+                                self.head[3],
+                            ]);
+                            if len < (HEADER_LEN - 4) as u32 || len > MAX_FRAME_LEN {
+                                return ReadOutcome::Broken;
+                            }
+                            self.body = vec![0u8; len as usize - (HEADER_LEN - 4)];
+                            self.body_filled = 0;
+                        }
+                    } else {
+                        self.body_filled += n;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+                    return ReadOutcome::TimedOut;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return ReadOutcome::Broken,
+            }
+            if self.head_filled == HEADER_LEN && self.body_filled == self.body.len() {
+                self.head_filled = 0;
+                let body = std::mem::take(&mut self.body);
+                return match FrameHeader::decode(&self.head[4..]) {
+                    Ok(h) => ReadOutcome::Frame(h, body),
+                    Err(_) => ReadOutcome::Broken,
+                };
+            }
+        }
+    }
+}
+
+/// A sent call: its id and where its outcome will land.
+pub struct Ticket {
+    id: u64,
+    slot: Arc<Slot>,
+}
 
 /// One live connection, after a successful handshake.
+///
+/// No thread is dedicated to reading replies: a caller waiting for its reply reads the
+/// socket itself (the *leader*), handing other callers' replies to them as they pass
+/// by. A lone call therefore costs one network round trip and no thread hand-off
+/// (a wake-up costs as much as a loopback round trip on small machines). When the
+/// leader has its reply it leaves and nudges one waiting caller to take over.
 pub struct Conn {
     writer: Mutex<TcpStream>,
-    pending: Mutex<HashMap<u64, Waiter>>,
+    reader: Mutex<Reader>,
+    pending: Mutex<HashMap<u64, Arc<Slot>>>,
     next_id: AtomicU64,
     alive: AtomicBool,
     pub hello: HelloReply,
 }
 
 impl Conn {
-    /// Connect, say hello, and start the reader thread.
+    /// Connect and say hello.
     pub fn connect(
         addr: &str,
         hello: &HelloReq,
@@ -81,13 +190,12 @@ impl Conn {
         let mut stream =
             TcpStream::connect_timeout(&sockaddr, timeout).map_err(|_| CallError::NotSent)?;
         stream.set_nodelay(true).ok();
-        // Handshake synchronously, before the reader thread exists.
         let body = hello.to_bytes();
         let h = FrameHeader {
             kind: FrameKind::Request,
             opcode: HelloReq::OP,
             id: 0,
-            aux: timeout.as_millis() as u32,
+            aux: timeout.as_millis().min(u128::from(u32::MAX)) as u32,
         };
         let mut frame = h.encode(body.len()).to_vec();
         frame.extend_from_slice(&body);
@@ -101,48 +209,24 @@ impl Conn {
         }
         let hello =
             HelloReply::from_bytes(&reply.body).map_err(|_| CallError::Remote(Errno::EPROTO))?;
-        stream.set_read_timeout(None).ok();
-        let reader = stream.try_clone().map_err(|_| CallError::NotSent)?;
-        let conn = Arc::new(Conn {
+        let read_half = stream.try_clone().map_err(|_| CallError::NotSent)?;
+        Ok(Arc::new(Conn {
             writer: Mutex::new(stream),
+            reader: Mutex::new(Reader {
+                stream: read_half,
+                head: [0; HEADER_LEN],
+                head_filled: 0,
+                body: Vec::new(),
+                body_filled: 0,
+            }),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             alive: AtomicBool::new(true),
             hello,
-        });
-        let c2 = conn.clone();
-        std::thread::Builder::new()
-            .name(format!("rpc-rx {addr}"))
-            .spawn(move || c2.read_loop(reader))
-            .map_err(|_| CallError::NotSent)?;
-        Ok(conn)
+        }))
     }
 
-    fn read_loop(self: Arc<Self>, mut stream: TcpStream) {
-        loop {
-            match read_frame(&mut stream, MAX_FRAME_LEN) {
-                Ok(Some(f)) if f.header.kind == FrameKind::Reply => {
-                    let waiter = self.lock_pending().remove(&f.header.id);
-                    if let Some(w) = waiter {
-                        let r = if f.header.aux == 0 {
-                            Ok(f.body)
-                        } else {
-                            Err(CallError::Remote(Errno(f.header.aux as i32)))
-                        };
-                        let _ = w.send(r);
-                    }
-                }
-                Ok(Some(_)) | Ok(None) | Err(_) => break,
-            }
-        }
-        self.alive.store(false, Ordering::SeqCst);
-        let _ = stream.shutdown(Shutdown::Both);
-        for (_, w) in self.lock_pending().drain() {
-            let _ = w.send(Err(CallError::Lost));
-        }
-    }
-
-    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waiter>> {
+    fn lock_pending(&self) -> MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -150,25 +234,29 @@ impl Conn {
         self.alive.load(Ordering::SeqCst)
     }
 
-    /// Send one request frame; the reply arrives on the returned channel.
+    /// Send one request frame. Wait for its reply with `wait_reply`, passing the ticket:
+    /// the reply may be read (by another caller) before we start waiting.
     pub fn send_raw(
         &self,
         opcode: u16,
         body: &[u8],
         bulk: &[u8],
         deadline: Duration,
-    ) -> Result<(u64, ReplySlot), CallError> {
+    ) -> Result<Ticket, CallError> {
         if !self.is_alive() {
             return Err(CallError::NotSent);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = bounded(1);
-        self.lock_pending().insert(id, tx);
+        let slot = Arc::new(Slot {
+            state: Mutex::new(SlotState::default()),
+            cv: Condvar::new(),
+        });
+        self.lock_pending().insert(id, slot.clone());
         let h = FrameHeader {
             kind: FrameKind::Request,
             opcode,
             id,
-            aux: deadline.as_millis().min(u32::MAX as u128) as u32,
+            aux: deadline.as_millis().min(u128::from(u32::MAX)) as u32,
         };
         let mut head = h.encode(body.len() + bulk.len()).to_vec();
         head.extend_from_slice(body);
@@ -184,24 +272,140 @@ impl Conn {
         };
         if let Err(e) = res {
             self.lock_pending().remove(&id);
-            self.alive.store(false, Ordering::SeqCst);
-            if let Ok(w) = self.writer.lock() {
-                let _ = w.shutdown(Shutdown::Both);
-            }
+            self.fail();
             return Err(e);
         }
-        Ok((id, rx))
+        Ok(Ticket { id, slot })
     }
 
-    fn forget(&self, id: u64) {
-        self.lock_pending().remove(&id);
+    /// Wait for the reply to call `id` until `deadline`, reading the connection
+    /// ourselves whenever nobody else is.
+    pub fn wait_reply(&self, ticket: &Ticket, deadline: Instant) -> Result<Vec<u8>, CallError> {
+        let (id, slot) = (ticket.id, &ticket.slot);
+        loop {
+            {
+                let mut st = slot.lock();
+                if let Some(r) = st.result.take() {
+                    return r;
+                }
+                st.nudged = false;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.lock_pending().remove(&id);
+                return Err(CallError::Timeout);
+            }
+            match self.reader.try_lock() {
+                Ok(mut reader) => {
+                    let mine = self.lead(&mut reader, id, slot, deadline);
+                    drop(reader);
+                    self.pass_lead();
+                    if let Some(r) = mine {
+                        return r;
+                    }
+                }
+                Err(TryLockError::Poisoned(p)) => {
+                    drop(p);
+                    self.fail();
+                }
+                Err(TryLockError::WouldBlock) => {
+                    // Someone else reads: say we wait, look once more whether the reader
+                    // became free (a leader leaving looks for waiting callers only after
+                    // it let go), then sleep until our reply arrives or we are nudged.
+                    slot.lock().waiting = true;
+                    if let Ok(mut reader) = self.reader.try_lock() {
+                        slot.lock().waiting = false;
+                        let mine = self.lead(&mut reader, id, slot, deadline);
+                        drop(reader);
+                        self.pass_lead();
+                        if let Some(r) = mine {
+                            return r;
+                        }
+                        continue;
+                    }
+                    let mut st = slot.lock();
+                    if st.result.is_none() && !st.nudged {
+                        let wait = deadline.saturating_duration_since(now);
+                        st = slot
+                            .cv
+                            .wait_timeout(st, wait.min(Duration::from_millis(100)))
+                            .map_or_else(|e| e.into_inner().0, |r| r.0);
+                    }
+                    st.waiting = false;
+                }
+            }
+        }
     }
 
-    pub fn close(&self) {
+    /// Read frames, delivering other callers' replies, until ours comes (returned), the
+    /// deadline passes, or the connection breaks.
+    fn lead(
+        &self,
+        reader: &mut Reader,
+        id: u64,
+        slot: &Slot,
+        deadline: Instant,
+    ) -> Option<Result<Vec<u8>, CallError>> {
+        loop {
+            if let Some(r) = slot.lock().result.take() {
+                return Some(r);
+            }
+            if !self.is_alive() {
+                return Some(Err(CallError::Lost));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            match reader.next(left) {
+                ReadOutcome::Frame(h, body) if h.kind == FrameKind::Reply => {
+                    let r = if h.aux == 0 {
+                        Ok(body)
+                    } else {
+                        Err(CallError::Remote(Errno(h.aux as i32)))
+                    };
+                    let waiter = self.lock_pending().remove(&h.id);
+                    if h.id == id {
+                        return Some(r);
+                    }
+                    if let Some(w) = waiter {
+                        w.fill(r);
+                    }
+                }
+                ReadOutcome::TimedOut => {}
+                ReadOutcome::Frame(..) | ReadOutcome::Broken => {
+                    self.fail();
+                    return Some(Err(CallError::Lost));
+                }
+            }
+        }
+    }
+
+    /// The reader is free again: if a caller sleeps waiting, wake one to read.
+    fn pass_lead(&self) {
+        let sleeper = self
+            .lock_pending()
+            .values()
+            .find(|s| s.lock().waiting)
+            .cloned();
+        if let Some(s) = sleeper {
+            s.nudge();
+        }
+    }
+
+    /// The connection is broken: fail every waiting call.
+    fn fail(&self) {
         self.alive.store(false, Ordering::SeqCst);
         if let Ok(w) = self.writer.lock() {
             let _ = w.shutdown(Shutdown::Both);
         }
+        for (_, s) in self.lock_pending().drain() {
+            s.fill(Err(CallError::Lost));
+        }
+    }
+
+    pub fn close(&self) {
+        self.fail();
     }
 }
 
@@ -291,8 +495,8 @@ impl Endpoint {
 
     fn send(&self, op: u16, body: &[u8], bulk: &[u8]) -> Result<Sent, CallError> {
         let conn = self.conn()?;
-        let (id, rx) = conn.send_raw(op, body, bulk, self.deadline)?;
-        Ok(Sent { conn, id, rx })
+        let ticket = conn.send_raw(op, body, bulk, self.deadline)?;
+        Ok(Sent { conn, ticket })
     }
 
     /// Drop the connection (tests; shutdown).
@@ -311,8 +515,7 @@ impl Drop for Endpoint {
 
 struct Sent {
     conn: Arc<Conn>,
-    id: u64,
-    rx: ReplySlot,
+    ticket: Ticket,
 }
 
 /// A call in flight.
@@ -331,17 +534,10 @@ impl<C: Call> PendingCall<'_, C> {
         loop {
             let outcome = match &self.sent {
                 Err(e) => Err(*e),
-                Ok(s) => match s
-                    .rx
-                    .recv_timeout(self.ep.deadline + Duration::from_millis(200))
-                {
-                    Ok(r) => r,
-                    Err(RecvTimeoutError::Timeout) => {
-                        s.conn.forget(s.id);
-                        Err(CallError::Timeout)
-                    }
-                    Err(RecvTimeoutError::Disconnected) => Err(CallError::Lost),
-                },
+                Ok(s) => s.conn.wait_reply(
+                    &s.ticket,
+                    Instant::now() + self.ep.deadline + Duration::from_millis(200),
+                ),
             };
             match outcome {
                 Ok(body) => return C::decode_reply(body).map_err(|_| Errno::EPROTO),

@@ -196,6 +196,8 @@ wire_struct!(ExtendSizeReq {
     size: u64,
     /// Set mtime and ctime to now (data was written).
     touch: bool,
+    /// Make the metadata durable before replying (fsync).
+    sync: bool,
 });
 wire_struct!(SetXattrReq { ino: InodeNo, name: Vec<u8>, value: Vec<u8>, flags: u32 });
 wire_struct!(GetXattrReq { ino: InodeNo, name: Vec<u8> });
@@ -224,7 +226,8 @@ wire_struct!(
 // ---- data -------------------------------------------------------------------------
 wire_struct!(
     /// Followed by the data itself as bulk (the rest of the frame).
-    WriteReq { ino: InodeNo, stripe: u64, offset: u32 }
+    /// `sync`: fdatasync this file's dirty stripes on this server before replying.
+    WriteReq { ino: InodeNo, stripe: u64, offset: u32, sync: bool }
 );
 wire_struct!(WriteReply { written: u32 });
 wire_struct!(
@@ -375,6 +378,7 @@ mod tests {
             ino: InodeNo(3),
             stripe: 2,
             offset: 7,
+            sync: false,
         };
         let mut body = req.to_bytes();
         body.extend_from_slice(b"hello");

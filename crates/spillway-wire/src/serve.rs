@@ -46,6 +46,13 @@ pub trait Service: Send + Sync + 'static {
     fn hello(&self, req: &HelloReq, peer: SocketAddr)
         -> Result<(HelloReply, Self::Session), Errno>;
     fn handle(&self, session: &Self::Session, req: Request) -> Result<Reply, Errno>;
+    /// Requests (by opcode and body size) that are short and never wait on other
+    /// servers: run them on the connection's own thread, saving the hand-off to a
+    /// worker (a thread wake-up costs as much as a loopback round trip). Everything
+    /// else goes to the pool, so a slow request never holds up the connection.
+    fn runs_inline(&self, _opcode: u16, _body: &[u8]) -> bool {
+        false
+    }
     /// The connection is gone and no request of it is still running.
     fn closed(&self, session: &Self::Session);
 }
@@ -264,6 +271,10 @@ fn connection<S: Service>(
             frame,
             received: Instant::now(),
         };
+        if service.runs_inline(job.frame.header.opcode, &job.frame.body) {
+            run_job(service.clone(), job);
+            continue;
+        }
         let svc = service.clone();
         let run: JobBox = Box::new(move || run_job(svc, job));
         if pool.send(run).is_err() {

@@ -77,11 +77,12 @@ impl MetaStore {
     }
 
     /// Make every committed transaction durable: with `synchronous = NORMAL` commits
-    /// reach the WAL file without an fsync, so sync the WAL (and the main file, which
-    /// checkpoints write to). Holding the lock keeps a commit from racing the sync.
+    /// reach the WAL file without an fsync, so sync the WAL. (The main file needs no
+    /// sync here: SQLite syncs it after every checkpoint, before the WAL is reused.)
+    /// Holding the lock keeps a commit from racing the sync.
     pub fn sync(&self) -> StoreResult<()> {
         self.with(|_conn| {
-            for suffix in ["-wal", ""] {
+            for suffix in ["-wal"] {
                 let mut p = self.path.clone().into_os_string();
                 p.push(suffix);
                 match std::fs::File::open(&p) {

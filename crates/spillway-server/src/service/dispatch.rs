@@ -78,7 +78,13 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
             s.release(r.ino);
             empty()
         }
-        Request::ExtendSizeReq(r) => attr(f.meta.extend_size(r.ino, r.size, r.touch)?),
+        Request::ExtendSizeReq(r) => {
+            let a = f.meta.extend_size(r.ino, r.size, r.touch)?;
+            if r.sync {
+                f.meta.sync()?;
+            }
+            attr(a)
+        }
         Request::SetLayoutReq(r) => {
             attr(
                 f.meta
@@ -106,9 +112,13 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
             value: f.meta.read_link(r.ino)?,
         }),
         // ---- data
-        Request::Write(r, bulk) => Reply::of(&WriteReply {
-            written: f.data.write(r.ino, r.stripe, r.offset, bulk.data())?,
-        }),
+        Request::Write(r, bulk) => {
+            let written = f.data.write(r.ino, r.stripe, r.offset, bulk.data())?;
+            if r.sync {
+                f.data.sync(r.ino)?;
+            }
+            Reply::of(&WriteReply { written })
+        }
         Request::Read(r) => Reply::bulk(f.data.read(r.ino, r.stripe, r.offset, r.len)?),
         Request::TruncateDataReq(r) => f
             .data

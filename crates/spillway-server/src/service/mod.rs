@@ -11,8 +11,9 @@ use crate::auth::ct_eq;
 use crate::registry::Registry;
 use session::{InstanceSession, Session};
 use spillway_types::Errno;
+use spillway_wire::messages::*;
 use spillway_wire::serve::{Reply, Service};
-use spillway_wire::{role, HelloReply, HelloReq, Request, PROTOCOL_VERSION};
+use spillway_wire::{Call, Wire, PROTOCOL_VERSION};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -29,6 +30,9 @@ impl SpillwayService {
         }
     }
 }
+
+/// Largest write run on the connection's thread (reads are all small requests).
+const INLINE_DATA_MAX: usize = 64 << 10;
 
 impl Service for SpillwayService {
     type Session = Session;
@@ -77,6 +81,45 @@ impl Service for SpillwayService {
             Session::Instance(s) => dispatch::instance(s, req),
         };
         r.map_err(|e| e.errno())
+    }
+
+    fn runs_inline(&self, opcode: u16, body: &[u8]) -> bool {
+        // Small data requests: a 4 KiB write (even with its fdatasync) is cheaper than
+        // the wake-up of a worker, and the caller waits for it anyway. Large ones go to
+        // the pool, where reads ahead and writes behind proceed in parallel.
+        if opcode == WriteReq::OP {
+            return body.len() <= INLINE_DATA_MAX;
+        }
+        if opcode == ReadReq::OP {
+            return ReadReq::from_bytes(body).is_ok_and(|r| r.len as usize <= INLINE_DATA_MAX);
+        }
+        // Metadata requests answered from this fragment's SQLite store alone (which
+        // serialises them anyway). Not: large data I/O, syncs of data, and anything
+        // that may wait on another server (SetAttr truncates on peers).
+        matches!(
+            opcode,
+            LookupReq::OP
+                | GetAttrReq::OP
+                | CreateReq::OP
+                | RemoveEntryReq::OP
+                | InsertEntryReq::OP
+                | RenameReq::OP
+                | LinkCountReq::OP
+                | TouchDirReq::OP
+                | SealDirReq::OP
+                | UnsealDirReq::OP
+                | ReadDirReq::OP
+                | OpenReq::OP
+                | ReleaseReq::OP
+                | ExtendSizeReq::OP
+                | SetXattrReq::OP
+                | GetXattrReq::OP
+                | ListXattrReq::OP
+                | RemoveXattrReq::OP
+                | StatFsReq::OP
+                | ReadLinkReq::OP
+                | SetLayoutReq::OP
+        )
     }
 
     fn closed(&self, session: &Session) {

@@ -225,6 +225,7 @@ impl Cluster {
                 ino: a.ino,
                 stripe: stripe.0,
                 offset: within,
+                sync: false,
             };
             let w = self.at(layout.server_of(stripe).0).call_bulk(&req, piece)?;
             assert_eq!(w.written, len);
@@ -234,6 +235,7 @@ impl Cluster {
             ino: a.ino,
             size: offset + data.len() as u64,
             touch: true,
+            sync: false,
         })?;
         Ok(())
     }
