@@ -1,48 +1,45 @@
 //! Round-trip latencies of single requests through the real stack (TCP on loopback,
-//! worker pool, SQLite). Not a timed test: run by hand with
+//! inline execution or the worker pool, SQLite). Not a timed test: run by hand with
 //! `cargo test --release -p spillway-server --test latency -- --ignored --nocapture`.
 
 mod common;
 
 use common::*;
 use spillway_types::FileKind;
-use spillway_wire::{ExtendSizeReq, GetAttrReq, StatFsReq, SyncDataReq, WriteReq};
+use spillway_wire::{Call, ExtendSizeReq, GetAttrReq, StatFsReq, SyncDataReq, WriteReq};
 use std::time::Instant;
+
+const N: u32 = 5000;
+
+fn time<C: Call>(label: &str, c: &Cluster, mut req: impl FnMut(u32) -> C) {
+    let t = Instant::now();
+    for i in 0..N {
+        c.at(0).call(&req(i)).unwrap();
+    }
+    println!(
+        "{label}: {:.1} us",
+        t.elapsed().as_secs_f64() * 1e6 / f64::from(N)
+    );
+}
 
 #[test]
 #[ignore]
 fn print_request_latencies() {
     let c = Cluster::start(1, 1 << 30, 8 << 20);
-    let n: u32 = 5000;
+    time("GetAttr", &c, |_| GetAttrReq { ino: root() });
     let t = Instant::now();
-    for _ in 0..n {
-        c.at(0).call(&GetAttrReq { ino: root() }).unwrap();
-    }
-    println!(
-        "GetAttr: {:.1} us",
-        t.elapsed().as_secs_f64() * 1e6 / f64::from(n)
-    );
-    let t = Instant::now();
-    for i in 0..n {
+    for i in 0..N {
         c.create(root(), &format!("f{i}"), FileKind::Regular)
             .unwrap();
     }
     println!(
-        "Create:  {:.1} us",
-        t.elapsed().as_secs_f64() * 1e6 / f64::from(n)
+        "Create: {:.1} us",
+        t.elapsed().as_secs_f64() * 1e6 / f64::from(N)
     );
     let f = c.create(root(), "data", FileKind::Regular).unwrap();
     let buf = vec![7u8; 4096];
     let t = Instant::now();
-    for i in 0..n {
-        c.write(&f, u64::from(i % 256) * 4096, &buf).unwrap();
-    }
-    println!(
-        "Write4K+ExtendSize: {:.1} us",
-        t.elapsed().as_secs_f64() * 1e6 / f64::from(n)
-    );
-    let t = Instant::now();
-    for i in 0..n {
+    for i in 0..N {
         let req = WriteReq {
             ino: f.ino,
             stripe: 0,
@@ -52,38 +49,17 @@ fn print_request_latencies() {
         c.at(0).call_bulk(&req, &buf).unwrap();
     }
     println!(
-        "Write4K alone: {:.1} us",
-        t.elapsed().as_secs_f64() * 1e6 / f64::from(n)
+        "Write 4 KiB: {:.1} us",
+        t.elapsed().as_secs_f64() * 1e6 / f64::from(N)
     );
-    let t = Instant::now();
-    for _ in 0..n {
-        c.at(0).call(&StatFsReq {}).unwrap();
-    }
-    let t = Instant::now();
-    for i in 0..n {
-        c.at(0)
-            .call(&ExtendSizeReq {
-                ino: f.ino,
-                size: u64::from(i),
-                touch: true,
-                sync: false,
-            })
-            .unwrap();
-    }
-    println!(
-        "ExtendSize(touch): {:.1} us",
-        t.elapsed().as_secs_f64() * 1e6 / f64::from(n)
-    );
-    println!(
-        "StatFs (inline, COUNT over inodes): {:.1} us",
-        t.elapsed().as_secs_f64() * 1e6 / f64::from(n)
-    );
-    let t = Instant::now();
-    for _ in 0..n {
-        c.at(0).call(&SyncDataReq { ino: f.ino }).unwrap();
-    }
-    println!(
-        "SyncData (pool, nothing dirty): {:.1} us",
-        t.elapsed().as_secs_f64() * 1e6 / f64::from(n)
-    );
+    time("ExtendSize(touch)", &c, |i| ExtendSizeReq {
+        ino: f.ino,
+        size: u64::from(i),
+        touch: true,
+        sync: false,
+    });
+    time("StatFs", &c, |_| StatFsReq {});
+    time("SyncData (nothing dirty)", &c, |_| SyncDataReq {
+        ino: f.ino,
+    });
 }
