@@ -35,6 +35,9 @@ pub struct SpillwayFs {
     origin: std::path::PathBuf,
 }
 
+/// Asked by the kernel before every write; cached per inode (see `Node::capability`).
+const CAPABILITY_XATTR: &[u8] = b"security.capability";
+
 /// Read-only virtual attribute describing a file's placement (for `spillway stripes`).
 /// It is answered by the client and never stored or listed.
 pub const LAYOUT_XATTR: &[u8] = b"user.spillway.layout";
@@ -143,6 +146,34 @@ impl SpillwayFs {
         }
         self.t.remember(&attr, false);
         Ok(())
+    }
+
+    /// `security.capability` of an inode, from the per-node cache while it is fresh.
+    fn capability(&self, i: InodeNo) -> R<Vec<u8>> {
+        let fresh = |t: &std::time::Instant| t.elapsed() < self.tun.attr_ttl;
+        if let Some((t, v)) = self.t.nodes().get(&i).and_then(|n| n.capability.clone()) {
+            if fresh(&t) {
+                return v.ok_or(Errno::ENODATA);
+            }
+        }
+        let r = self.inst.get_xattr(i, CAPABILITY_XATTR);
+        let cached = match &r {
+            Ok(v) => Some(Some(v.clone())),
+            Err(e) if *e == Errno::ENODATA => Some(None),
+            Err(_) => None,
+        };
+        if let Some(c) = cached {
+            if let Some(n) = self.t.nodes().get_mut(&i) {
+                n.capability = Some((std::time::Instant::now(), c));
+            }
+        }
+        r
+    }
+
+    fn forget_capability(&self, i: InodeNo) {
+        if let Some(n) = self.t.nodes().get_mut(&i) {
+            n.capability = None;
+        }
     }
 
     fn layout_json(&self, i: InodeNo) -> R<Vec<u8>> {
@@ -307,6 +338,7 @@ impl SpillwayFs {
                 opens: 0,
                 wb: None,
                 cached: None,
+                capability: None,
             });
             let dirty = node.wb.as_ref().is_some_and(|w| w.is_dirty());
             let stale = !dirty && (node.attr.size != attr.size || node.attr.mtime != attr.mtime);
@@ -1073,6 +1105,7 @@ impl Filesystem for SpillwayFs {
             // POSIX ACLs are not enforced here: refuse them rather than store them.
             return reply.error(fuser::Errno::EOPNOTSUPP);
         }
+        self.forget_capability(ino(i));
         Self::empty(reply, self.inst.set_xattr(ino(i), n, value, flags as u32));
     }
 
@@ -1094,6 +1127,9 @@ impl Filesystem for SpillwayFs {
                 v.to_string().into_bytes()
             });
             return Self::xattr_reply(reply, size, r);
+        }
+        if n == CAPABILITY_XATTR {
+            return Self::xattr_reply(reply, size, self.capability(ino(i)));
         }
         Self::xattr_reply(reply, size, self.inst.get_xattr(ino(i), n));
     }
@@ -1119,6 +1155,7 @@ impl Filesystem for SpillwayFs {
         {
             return reply.error(fuser::Errno::EOPNOTSUPP);
         }
+        self.forget_capability(ino(i));
         Self::empty(reply, self.inst.remove_xattr(ino(i), n));
     }
 
@@ -1147,6 +1184,11 @@ impl Filesystem for SpillwayFs {
             Err(e) => return reply.error(fe(e)),
         };
         self.t.remember(&attr, true);
+        // A new file has no xattrs: answer the kernel's pre-write capability check
+        // without asking the server.
+        if let Some(n) = self.t.nodes().get_mut(&attr.ino) {
+            n.capability = Some((std::time::Instant::now(), None));
+        }
         match self.open_file(attr.ino, flags as u32, Some(attr.clone())) {
             Ok((fh, f)) => reply.created(
                 &self.tun.entry_ttl,

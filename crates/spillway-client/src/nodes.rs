@@ -20,6 +20,10 @@ pub struct Node {
     /// (size, mtime) the kernel's page cache reflects; a different pair at open
     /// means another client changed the file and the cache must go.
     pub cached: Option<(u64, Timespec)>,
+    /// `security.capability` as last fetched, and when: the kernel asks for it before
+    /// every write (FUSE inodes never get S_NOSEC), so it is answered from here for the
+    /// attribute lifetime instead of costing a round trip per write.
+    pub capability: Option<(std::time::Instant, Option<Vec<u8>>)>,
 }
 
 pub struct OpenFile {
@@ -57,6 +61,7 @@ impl Tables {
             opens: 0,
             wb: None,
             cached: None,
+            capability: None,
         });
         n.attr = attr.clone();
         if lookup {

@@ -39,8 +39,11 @@ struct State {
     unsynced: Vec<ServerIndex>,
     /// Data reached the servers but the home does not know the new size/mtime yet.
     size_stale: bool,
-    /// The home was told a size/mtime that it has not made durable yet.
-    meta_unsynced: bool,
+    /// The size the home is known to hold durably (None: unknown, e.g. after a
+    /// truncate or at open). fsync syncs the home's log only when the size moved past
+    /// it: data and size are durable after fsync; an mtime-only change may be older
+    /// after a server crash (docs/data-plane.md).
+    durable_size: Option<u64>,
 }
 
 impl WriteBack {
@@ -145,7 +148,8 @@ impl WriteBack {
         st.dirty_bytes = 0;
         let end = st.end;
         let wrote = !batch.is_empty() || st.size_stale;
-        let tell_home = wrote || (durable && st.meta_unsynced);
+        let meta_durable = durable && st.durable_size != Some(end);
+        let tell_home = wrote || meta_durable;
         let unsynced = if durable {
             std::mem::take(&mut st.unsynced)
         } else {
@@ -160,8 +164,10 @@ impl WriteBack {
         drop(st);
 
         let layout = *self.layout.lock().unwrap_or_else(|e| e.into_inner());
-        let size_call =
-            tell_home.then(|| self.inst.start_extend_size(self.ino, end, wrote, durable));
+        let size_call = tell_home.then(|| {
+            self.inst
+                .start_extend_size(self.ino, end, wrote, meta_durable)
+        });
         let batch_servers: Vec<ServerIndex> = batch
             .iter()
             .flat_map(|(&off, d)| layout.pieces(off, d.len() as u64))
@@ -193,12 +199,14 @@ impl WriteBack {
         let attr = match size_reply {
             None => None,
             Some(Ok(a)) => {
-                st.meta_unsynced = !durable;
+                if meta_durable {
+                    st.durable_size = Some(end);
+                }
                 Some(a.attr)
             }
             Some(Err(e)) => {
                 st.size_stale |= wrote;
-                st.meta_unsynced = true;
+                st.durable_size = None;
                 drop(st);
                 written?;
                 return Err(e);
@@ -219,6 +227,7 @@ impl WriteBack {
     pub fn truncated(&self, size: u64) {
         let mut st = self.lock();
         st.end = size;
+        st.durable_size = None;
     }
 
     /// Someone else's size is now authoritative (after open found the file changed).
