@@ -1,8 +1,8 @@
 """A cluster whose servers each run in their own network namespace, joined to the root
 namespace (where the mount is) by a veth pair: `spillway cluster up --netns`.
 
-Runs a representative subset of test_posix.py against it (the functions are imported, so
-pytest collects them again here, with this module's cluster), a 200 MB checksum round
+Runs all of test_posix.py against it (the functions are imported, so pytest collects them
+again here, with this module's cluster), a 200 MB checksum round
 trip over the veth path, and checks that the servers really are in other namespaces and
 that `cluster down` removes them."""
 
@@ -16,27 +16,16 @@ import pytest
 import spwhelpers as H
 from spwhelpers import MiB
 
-# the POSIX subset, collected again against this module's (netns) cluster
-from test_posix import (  # noqa: F401
-    test_create_write_read,
-    test_eacces_reading_other_users_0600_file,
-    test_fcntl_range_locks_between_processes,
-    test_flock_conflicts_between_open_file_descriptions,
-    test_fsync_fdatasync,
-    test_ftruncate_grow_then_write,
-    test_hard_links,
-    test_mkdir_rmdir,
-    test_o_append_two_appenders_interleave,
-    test_o_excl,
-    test_open_unlinked_file_stays_usable,
-    test_rename_dir_within_and_across,
-    test_rename_replaces_existing_file,
-    test_setgid_directory_inheritance,
-    test_shared_mmap,
-    test_symlinks,
-    test_truncate_errors,
-    test_xattrs,
-)
+import test_posix as _posix
+
+# The whole POSIX suite, collected again here against this module's (netns) cluster:
+# every test of test_posix.py runs across the veth path as well.
+for _name in dir(_posix):
+    _obj = getattr(_posix, _name)
+    # The tests, and the module's own fixtures they use (e.g. striped_root).
+    _is_fixture = hasattr(_obj, "_pytestfixturefunction") or type(_obj).__name__ == "FixtureFunctionDefinition"
+    if _name.startswith("test_") or _is_fixture:
+        globals()[_name] = _obj
 
 pytestmark = pytest.mark.spillway_only
 

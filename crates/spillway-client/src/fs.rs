@@ -148,6 +148,25 @@ impl SpillwayFs {
         Ok(())
     }
 
+    /// Attributes of nothing, for negative entries (only the node id 0 matters).
+    fn negative_template(&self) -> Attr {
+        Attr {
+            ino: InodeNo(0),
+            kind: FileKind::Regular,
+            mode: 0,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 0,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            stripe_size: 4096,
+            stripe_width: 1,
+        }
+    }
+
     /// `security.capability` of an inode, from the per-node cache while it is fresh.
     fn capability(&self, i: InodeNo) -> R<Vec<u8>> {
         let fresh = |t: &std::time::Instant| t.elapsed() < self.tun.attr_ttl;
@@ -719,7 +738,18 @@ impl Filesystem for SpillwayFs {
         let r = check_name(name)
             .and_then(|n| self.inst.lookup(ino(parent), n))
             .map(|(_, a)| a);
-        self.reply_entry(reply, r);
+        match r {
+            // A negative entry (node id 0): the kernel remembers the miss for the entry
+            // lifetime, so the lookups before a create do not each cost a round trip.
+            // Our own create replaces it; another client's create shows within the same
+            // lifetime as any other name change.
+            Err(e) if e == Errno::ENOENT && !self.tun.entry_ttl.is_zero() => {
+                let mut none = self.fuse_attr(&self.negative_template());
+                none.ino = INodeNo(0);
+                reply.entry(&self.tun.entry_ttl, &none, Generation(0));
+            }
+            other => self.reply_entry(reply, other),
+        }
     }
 
     fn forget(&self, _req: &Request, i: INodeNo, nlookup: u64) {

@@ -321,8 +321,10 @@ calls! {
     29 SealDirReq -> Empty, true;
     30 UnsealDirReq -> Empty, true;
     31 ReadDirReq -> ReadDirReply, true;
-    32 OpenReq -> AttrReply, false;
-    33 ReleaseReq -> Empty, false;
+    // Open and Release change only the connection's own session, which the server
+    // drops when the connection breaks: resending them on a new connection is safe.
+    32 OpenReq -> AttrReply, true;
+    33 ReleaseReq -> Empty, true;
     34 ExtendSizeReq -> AttrReply, true;
     35 SetXattrReq -> Empty, true;
     36 GetXattrReq -> BytesReply, true;
