@@ -351,14 +351,7 @@ impl SpillwayFs {
         let stamp = (attr.size, attr.mtime);
         let (keep, stale) = {
             let mut nodes = self.t.nodes();
-            let node = nodes.entry(i).or_insert_with(|| Node {
-                attr: attr.clone(),
-                lookups: 0,
-                opens: 0,
-                wb: None,
-                cached: None,
-                capability: None,
-            });
+            let node = nodes.entry(i).or_insert_with(|| Node::new(&attr));
             let dirty = node.wb.as_ref().is_some_and(|w| w.is_dirty());
             let stale = !dirty && (node.attr.size != attr.size || node.attr.mtime != attr.mtime);
             let keep = dirty || node.cached == Some(stamp);

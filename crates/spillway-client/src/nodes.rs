@@ -26,6 +26,20 @@ pub struct Node {
     pub capability: Option<(std::time::Instant, Option<Vec<u8>>)>,
 }
 
+impl Node {
+    /// A node first seen with these attributes: no lookups, opens or caches yet.
+    pub fn new(attr: &Attr) -> Node {
+        Node {
+            attr: attr.clone(),
+            lookups: 0,
+            opens: 0,
+            wb: None,
+            cached: None,
+            capability: None,
+        }
+    }
+}
+
 pub struct OpenFile {
     pub ino: InodeNo,
 }
@@ -55,14 +69,7 @@ impl Tables {
     /// Record attributes from a server; `lookup` counts a kernel reference.
     pub fn remember(&self, attr: &Attr, lookup: bool) {
         let mut nodes = self.nodes();
-        let n = nodes.entry(attr.ino).or_insert_with(|| Node {
-            attr: attr.clone(),
-            lookups: 0,
-            opens: 0,
-            wb: None,
-            cached: None,
-            capability: None,
-        });
+        let n = nodes.entry(attr.ino).or_insert_with(|| Node::new(attr));
         n.attr = attr.clone();
         if lookup {
             n.lookups += 1;

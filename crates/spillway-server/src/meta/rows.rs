@@ -120,7 +120,8 @@ pub fn insert_inode(c: &Connection, a: &Attr, target: &[u8]) -> StoreResult<()> 
     Ok(())
 }
 
-/// Write back every attribute (the kind, stripe geometry and target never change).
+/// Write back the mutable attributes (the kind and target never change; the stripe
+/// geometry only through `update_layout`).
 pub fn update_inode(c: &Connection, a: &Attr) -> StoreResult<()> {
     c.prepare_cached(
         "UPDATE inodes SET mode=?2, nlink=?3, uid=?4, gid=?5, rdev=?6, size=?7, atime_s=?8, atime_ns=?9, \
