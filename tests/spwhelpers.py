@@ -354,7 +354,7 @@ STRIPE_RE = re.compile(r"^stripe\s+(\d+)\s+server\s+(\d+)\s+(\S+)\s+bytes\s+(\d+
 
 
 class Cluster:
-    """One `spillway cluster` under /tmp/spillway-tests-<name>-XXXX."""
+    """One `spillway cluster` under /tmp/spillway-tests-<name>-<random suffix>."""
 
     def __init__(self, binary, name, servers=2, capacity="4G", stripe_size=None, netns=False):
         import tempfile

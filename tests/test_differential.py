@@ -67,7 +67,7 @@ def expand(payload):
 
 
 def outcome(fn):
-    """Normalize: ('ok', value) or ('err', 'EXXX')."""
+    """Normalize: ('ok', value) or ('err', errno name such as 'ENOENT')."""
     try:
         return ("ok", fn())
     except OSError as e:
