@@ -363,7 +363,7 @@ impl SpillwayFs {
                     node.wb = Some(Arc::new(WriteBack::new(
                         self.inst.clone(),
                         &attr,
-                        self.tun.writeback_per_file,
+                        &self.tun,
                     )))
                 }
                 Some(wb) if stale => wb.reset_end(attr.size),

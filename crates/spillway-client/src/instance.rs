@@ -8,10 +8,11 @@ use spillway_types::{
 };
 use spillway_wire::messages::*;
 use spillway_wire::{Endpoint, PendingCall, PROTOCOL_VERSION};
+use std::sync::Arc;
 
 pub struct Instance {
     pub desc: InstanceDescriptor,
-    servers: Vec<Endpoint>,
+    servers: Vec<Arc<Endpoint>>,
 }
 
 impl Instance {
@@ -28,12 +29,12 @@ impl Instance {
                     credential: desc.credential_bytes(),
                     peer_name: peer_name.to_string(),
                 };
-                Endpoint::new(
+                Arc::new(Endpoint::new(
                     addr.clone(),
                     hello,
                     tunables.rpc_deadline,
                     tunables.reconnect_window,
-                )
+                ))
             })
             .collect();
         Instance { desc, servers }
@@ -44,7 +45,18 @@ impl Instance {
     }
 
     pub fn server(&self, i: ServerIndex) -> Result<&Endpoint, Errno> {
-        self.servers.get(usize::from(i.0)).ok_or(Errno::ESTALE)
+        self.servers
+            .get(usize::from(i.0))
+            .map(|e| &**e)
+            .ok_or(Errno::ESTALE)
+    }
+
+    /// The endpoint of server `i`, for calls that outlive the request starting them.
+    pub fn endpoint(&self, i: ServerIndex) -> Result<Arc<Endpoint>, Errno> {
+        self.servers
+            .get(usize::from(i.0))
+            .cloned()
+            .ok_or(Errno::ESTALE)
     }
 
     fn home(&self, ino: InodeNo) -> Result<&Endpoint, Errno> {

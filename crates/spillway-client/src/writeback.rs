@@ -1,43 +1,98 @@
-//! The write-back buffer of one file in this client (the DVS-style client cache).
+//! The write-behind of one open file in this client (the DVS-style client cache).
 //!
-//! Writes land here and return at memory speed; the buffer is written to the servers
-//! in batches in the background once half the per-file budget is dirty, and entirely
-//! at close (flush) and fsync, so that close-to-open holds: what a client wrote and
-//! closed is on the servers before close returns. Only one batch is in flight per
-//! file, so overlapping writes never reach a server out of order. A failed background
-//! write is remembered and reported by the next write, flush or fsync (as the kernel
-//! reports writeback errors), never dropped silently.
+//! A write is sent to its stripe's server as it comes, and the caller goes on without
+//! waiting for the reply: up to `writeback_per_file` bytes (and `writeback_inflight`
+//! requests) per file are in flight before a writer waits for the oldest reply. Small
+//! contiguous writes are first gathered into one staged run of up to
+//! `writeback_chunk` bytes (never crossing a stripe), so a stream of 4 KiB writes
+//! costs one RPC per chunk, and an fsync right after a small write sends it with the
+//! sync flag: write + fsync is one round trip.
+//!
+//! Two writes to overlapping bytes are never in flight at once: a server may run the
+//! requests of one connection in parallel, so the later one could land first.
+//!
+//! Close (flush) and fsync send what is staged, collect every reply, and tell the home
+//! the new size, so that close-to-open holds: what a client wrote and closed is on the
+//! servers before close returns. A failed write is remembered and reported by the next
+//! write, flush or fsync (as the kernel reports writeback errors), never dropped
+//! silently. A write in flight when its server's connection breaks is sent again after
+//! the reconnect (writes are idempotent), so each request keeps its own copy of the
+//! bytes until it is answered.
 
 use crate::instance::Instance;
 use spillway_placement::Layout;
-use spillway_types::{Attr, Errno, InodeNo, ServerIndex};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use spillway_types::{Attr, Errno, InodeNo, ServerIndex, StripeIndex, Tunables};
+use spillway_wire::messages::WriteReq;
+use spillway_wire::OwnedCall;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Reusable request buffers kept per file (a sequential writer cycles through them).
+const SPARE_BUFFERS: usize = 8;
+/// First capacity of a staged run (it grows by doubling up to the chunk size).
+const STAGE_START: usize = 64 << 10;
 
 pub struct WriteBack {
     inst: Arc<Instance>,
     ino: InodeNo,
     /// Where the file's stripes go (may change while the file is still empty).
     layout: Mutex<Layout>,
+    /// Bytes and requests in flight before a writer waits.
     budget: usize,
+    max_inflight: usize,
+    chunk: usize,
+    /// Everything below. Held across the sends and the waits of one operation:
+    /// writes to one file from this client are ordered anyway.
     st: Mutex<State>,
-    cv: Condvar,
+}
+
+/// Bytes gathered for one write RPC: contiguous, within one stripe.
+struct Staged {
+    offset: u64,
+    data: Vec<u8>,
+}
+
+impl Staged {
+    /// Take `bytes` at `offset` into this run if they overlap or extend it and the run
+    /// stays within `chunk` bytes; newer bytes win.
+    fn merge(&mut self, offset: u64, bytes: &[u8], chunk: usize) -> bool {
+        let end = self.offset + self.data.len() as u64;
+        let fits = offset >= self.offset
+            && offset <= end
+            && offset + bytes.len() as u64 - self.offset <= chunk as u64;
+        if !fits {
+            return false;
+        }
+        let at = (offset - self.offset) as usize;
+        let overlap = bytes.len().min(self.data.len() - at);
+        self.data[at..at + overlap].copy_from_slice(&bytes[..overlap]);
+        self.data.extend_from_slice(&bytes[overlap..]);
+        true
+    }
+}
+
+/// A write sent and not yet answered.
+struct InFlight {
+    offset: u64,
+    end: u64,
+    server: ServerIndex,
+    sync: bool,
+    call: OwnedCall<WriteReq>,
 }
 
 #[derive(Default)]
 struct State {
-    /// Dirty runs keyed by offset; never overlapping or touching (merged on insert).
-    dirty: BTreeMap<u64, Vec<u8>>,
-    dirty_bytes: usize,
-    /// A background batch is being written.
-    flushing: bool,
-    /// First error of a background batch, not yet reported.
+    staged: Option<Staged>,
+    inflight: VecDeque<InFlight>,
+    inflight_bytes: usize,
+    spare: Vec<Vec<u8>>,
+    /// First error of a write whose caller had already gone on, not yet reported.
     error: Option<Errno>,
     /// One past the highest byte this client wrote (the size the kernel believes).
     end: u64,
-    /// Servers holding data not yet fsync'ed.
+    /// Servers holding data of the file not yet fsync'ed.
     unsynced: Vec<ServerIndex>,
-    /// Data reached the servers but the home does not know the new size/mtime yet.
+    /// Data was sent but the home does not know the new size/mtime yet.
     size_stale: bool,
     /// The size the home is known to hold durably (None: unknown, e.g. after a
     /// truncate or at open). fsync syncs the home's log only when the size moved past
@@ -47,7 +102,7 @@ struct State {
 }
 
 impl WriteBack {
-    pub fn new(inst: Arc<Instance>, attr: &Attr, budget: usize) -> WriteBack {
+    pub fn new(inst: Arc<Instance>, attr: &Attr, tun: &Tunables) -> WriteBack {
         let layout = inst.layout(attr);
         let st = State {
             end: attr.size,
@@ -57,9 +112,10 @@ impl WriteBack {
             inst,
             ino: attr.ino,
             layout: Mutex::new(layout),
-            budget: budget.max(1 << 20),
+            budget: tun.writeback_per_file.max(1 << 20),
+            max_inflight: tun.writeback_inflight.max(1),
+            chunk: tun.writeback_chunk.max(4096),
             st: Mutex::new(st),
-            cv: Condvar::new(),
         }
     }
 
@@ -67,60 +123,163 @@ impl WriteBack {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn layout(&self) -> Layout {
+        *self.layout.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The size this client has written up to (0 if it wrote nothing past `attr.size`).
     pub fn end(&self) -> u64 {
         self.lock().end
     }
 
+    /// Whether anything written here may not be on the servers, or its size not at
+    /// the home, yet.
     pub fn is_dirty(&self) -> bool {
         let st = self.lock();
-        st.dirty_bytes > 0 || st.flushing || st.size_stale
+        st.staged.is_some() || !st.inflight.is_empty() || st.size_stale
     }
 
-    /// Buffer one write.
-    pub fn write(self: &Arc<Self>, offset: u64, data: &[u8]) -> Result<(), Errno> {
+    /// Take one write: staged or sent, not waited for (unless the budget is spent).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), Errno> {
         let mut st = self.lock();
         if let Some(e) = st.error.take() {
             return Err(e);
         }
-        while st.flushing && st.dirty_bytes >= self.budget {
-            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        if data.is_empty() {
+            return Ok(());
         }
-        insert(&mut st, offset, data);
+        let layout = self.layout();
+        let mut pos = 0usize;
+        for (stripe, _, n) in layout.pieces(offset, data.len() as u64) {
+            // A piece lies within one stripe; cut it further into chunks.
+            let piece = &data[pos..pos + n as usize];
+            for (i, part) in piece.chunks(self.chunk).enumerate() {
+                let at = offset + (pos + i * self.chunk) as u64;
+                self.add(&mut st, &layout, stripe, at, part)?;
+            }
+            pos += n as usize;
+        }
         st.end = st.end.max(offset + data.len() as u64);
-        if !st.flushing && st.dirty_bytes >= self.budget / 2 {
-            let batch = std::mem::take(&mut st.dirty);
-            st.dirty_bytes = 0;
-            st.flushing = true;
-            let me = self.clone();
-            std::thread::spawn(move || me.background(batch));
-        }
         Ok(())
     }
 
-    fn background(&self, batch: BTreeMap<u64, Vec<u8>>) {
-        let result = self.write_out(&batch);
-        let mut st = self.lock();
-        st.flushing = false;
-        match result {
-            Ok(servers) => {
-                merge_servers(&mut st.unsynced, &servers);
-                st.size_stale = true;
+    /// Stage or send `bytes` at `offset`, all within `stripe` and at most a chunk.
+    fn add(
+        &self,
+        st: &mut State,
+        layout: &Layout,
+        stripe: StripeIndex,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), Errno> {
+        if let Some(s) = st.staged.as_mut() {
+            if layout.locate(s.offset).0 == stripe && s.merge(offset, bytes, self.chunk) {
+                if s.data.len() >= self.chunk {
+                    self.send_staged(st, layout, false)?;
+                }
+                return Ok(());
             }
+            self.send_staged(st, layout, false)?;
+        }
+        if bytes.len() >= self.chunk {
+            let mut buf = self.buffer(st, bytes.len());
+            buf.extend_from_slice(bytes);
+            return self.send(st, layout, offset, buf, false);
+        }
+        let mut buf = self.buffer(st, STAGE_START.max(bytes.len()));
+        buf.extend_from_slice(bytes);
+        st.staged = Some(Staged { offset, data: buf });
+        Ok(())
+    }
+
+    /// An empty buffer with room for `want` bytes, reused when one is spare.
+    fn buffer(&self, st: &mut State, want: usize) -> Vec<u8> {
+        match st.spare.pop() {
+            Some(mut b) => {
+                b.clear();
+                b.reserve(want);
+                b
+            }
+            None => Vec::with_capacity(want),
+        }
+    }
+
+    fn send_staged(&self, st: &mut State, layout: &Layout, sync: bool) -> Result<(), Errno> {
+        match st.staged.take() {
+            Some(s) => self.send(st, layout, s.offset, s.data, sync),
+            None => Ok(()),
+        }
+    }
+
+    /// Send one write RPC (within one stripe), first waiting for whatever overlaps it
+    /// and, past the budget, for the oldest writes.
+    fn send(
+        &self,
+        st: &mut State,
+        layout: &Layout,
+        offset: u64,
+        data: Vec<u8>,
+        sync: bool,
+    ) -> Result<(), Errno> {
+        let end = offset + data.len() as u64;
+        while st.inflight.iter().any(|f| f.offset < end && offset < f.end) {
+            self.reap_one(st);
+        }
+        while !st.inflight.is_empty()
+            && (st.inflight_bytes + data.len() > self.budget
+                || st.inflight.len() >= self.max_inflight)
+        {
+            self.reap_one(st);
+        }
+        let (stripe, within) = layout.locate(offset);
+        let server = layout.server_of(stripe);
+        let ep = self.inst.endpoint(server)?;
+        let req = WriteReq {
+            ino: self.ino,
+            stripe: stripe.0,
+            offset: within,
+            sync,
+        };
+        st.inflight_bytes += data.len();
+        st.size_stale = true;
+        st.inflight.push_back(InFlight {
+            offset,
+            end,
+            server,
+            sync,
+            call: OwnedCall::start(&ep, &req, data),
+        });
+        Ok(())
+    }
+
+    /// Wait for the oldest write in flight; remember its server (to be synced) or its
+    /// error (to be reported).
+    fn reap_one(&self, st: &mut State) {
+        let Some(f) = st.inflight.pop_front() else {
+            return;
+        };
+        let (result, buf) = f.call.wait();
+        st.inflight_bytes -= buf.len();
+        if st.spare.len() < SPARE_BUFFERS && buf.capacity() >= self.chunk {
+            st.spare.push(buf);
+        }
+        match result {
+            Ok(_) if f.sync => {}
+            Ok(_) => merge_servers(&mut st.unsynced, &[f.server]),
             Err(e) => {
-                tracing::warn!(ino = %self.ino, "write-back failed: {e}");
+                tracing::warn!(ino = %self.ino, "write-behind failed: {e}");
                 st.error.get_or_insert(e);
             }
         }
-        self.cv.notify_all();
     }
 
-    fn write_out(&self, batch: &BTreeMap<u64, Vec<u8>>) -> Result<Vec<ServerIndex>, Errno> {
-        let layout = *self.layout.lock().unwrap_or_else(|e| e.into_inner());
-        self.inst.write_runs(&layout, self.ino, batch, false)
+    fn reap_all(&self, st: &mut State) {
+        while !st.inflight.is_empty() {
+            self.reap_one(st);
+        }
     }
 
-    /// Write everything dirty to the servers and tell the home the new size, so that
+    /// Write everything to the servers and tell the home the new size, so that
     /// another client opening the file afterwards sees it (close-to-open). Returns the
     /// home's attributes when it was told something.
     pub fn flush(&self) -> Result<Option<Attr>, Errno> {
@@ -132,22 +291,27 @@ impl WriteBack {
         self.push(true)
     }
 
-    /// One round of requests, all in flight at once: the dirty runs to their stripes'
-    /// servers (each fdatasync'ed there when `durable`), an fdatasync on servers still
-    /// holding older unsynced data of the file, and the new size and mtime to the home
-    /// (its log synced when `durable`). A 4 KiB write + fsync costs one round trip.
+    /// Collect the writes in flight, then one round of requests, all in flight at
+    /// once: the staged run to its server (fdatasync'ed there when `durable`), an
+    /// fdatasync on the other servers holding unsynced data of the file, and the new
+    /// size and mtime to the home (its log synced when `durable`). A small write +
+    /// fsync costs one round trip.
     fn push(&self, durable: bool) -> Result<Option<Attr>, Errno> {
         let mut st = self.lock();
-        while st.flushing {
-            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
+        let st = &mut *st;
+        // Every write sent before must be answered first: a sync must not overtake
+        // the writes it is meant to cover.
+        self.reap_all(st);
         if let Some(e) = st.error.take() {
             return Err(e);
         }
-        let batch = std::mem::take(&mut st.dirty);
-        st.dirty_bytes = 0;
+        let layout = self.layout();
+        let staged_server = st
+            .staged
+            .as_ref()
+            .map(|s| layout.server_of(layout.locate(s.offset).0));
         let end = st.end;
-        let wrote = !batch.is_empty() || st.size_stale;
+        let wrote = staged_server.is_some() || st.size_stale;
         let meta_durable = durable && st.durable_size != Some(end);
         let tell_home = wrote || meta_durable;
         let unsynced = if durable {
@@ -159,42 +323,27 @@ impl WriteBack {
             return Ok(None);
         }
         st.size_stale = false;
-        // Hold `flushing` so that concurrent writers queue behind this round.
-        st.flushing = true;
-        drop(st);
 
-        let layout = *self.layout.lock().unwrap_or_else(|e| e.into_inner());
         let size_call = tell_home.then(|| {
             self.inst
                 .start_extend_size(self.ino, end, wrote, meta_durable)
         });
-        let batch_servers: Vec<ServerIndex> = batch
-            .iter()
-            .flat_map(|(&off, d)| layout.pieces(off, d.len() as u64))
-            .map(|(k, _, _)| layout.server_of(k))
-            .collect();
         let older: Vec<ServerIndex> = unsynced
             .iter()
             .copied()
-            .filter(|s| !batch_servers.contains(s))
+            .filter(|s| Some(*s) != staged_server)
             .collect();
         let sync_calls = self.inst.start_sync_data(self.ino, &older);
-        let written = self.inst.write_runs(&layout, self.ino, &batch, durable);
+        let sent = self.send_staged(st, &layout, durable);
+        self.reap_all(st);
         let synced =
             sync_calls.and_then(|calls| calls.into_iter().try_for_each(|c| c.wait().map(|_| ())));
         let size_reply = size_call.map(|c| c.and_then(|c| c.wait()));
 
-        let mut st = self.lock();
-        st.flushing = false;
-        self.cv.notify_all();
         // Whatever failed is remembered for the next push, never forgotten.
-        if synced.is_err() {
+        let written = sent.and_then(|()| st.error.take().map_or(Ok(()), Err));
+        if synced.is_err() || written.is_err() {
             merge_servers(&mut st.unsynced, &unsynced);
-        }
-        match &written {
-            Ok(servers) if !durable => merge_servers(&mut st.unsynced, servers),
-            Ok(_) => {}
-            Err(_) => merge_servers(&mut st.unsynced, &unsynced),
         }
         let attr = match size_reply {
             None => None,
@@ -207,12 +356,10 @@ impl WriteBack {
             Some(Err(e)) => {
                 st.size_stale |= wrote;
                 st.durable_size = None;
-                drop(st);
                 written?;
                 return Err(e);
             }
         };
-        drop(st);
         written?;
         synced?;
         Ok(attr)
@@ -233,7 +380,7 @@ impl WriteBack {
     /// Someone else's size is now authoritative (after open found the file changed).
     pub fn reset_end(&self, size: u64) {
         let mut st = self.lock();
-        if st.dirty_bytes == 0 && !st.flushing {
+        if st.staged.is_none() && st.inflight.is_empty() {
             st.end = size;
         }
     }
@@ -247,112 +394,74 @@ fn merge_servers(into: &mut Vec<ServerIndex>, from: &[ServerIndex]) {
     }
 }
 
-/// Insert `data` at `offset`, merging with every run it overlaps or touches. The
-/// common case, appending right after a run, extends that run in place.
-fn insert(st: &mut State, offset: u64, data: &[u8]) {
-    if data.is_empty() {
-        return;
-    }
-    let end = offset + data.len() as u64;
-    let touching: Vec<u64> = st
-        .dirty
-        .range(..=end)
-        .rev()
-        .take_while(|(&s, v)| s + v.len() as u64 >= offset)
-        .map(|(&s, _)| s)
-        .collect();
-    let mut runs: Vec<(u64, Vec<u8>)> = touching
-        .iter()
-        .filter_map(|s| st.dirty.remove(s).map(|v| (*s, v)))
-        .collect();
-    for (_, v) in &runs {
-        st.dirty_bytes -= v.len();
-    }
-    runs.sort_by_key(|(s, _)| *s);
-    let start = runs.first().map_or(offset, |(s, _)| (*s).min(offset));
-    let run_end = runs
-        .last()
-        .map_or(end, |(s, v)| (s + v.len() as u64).max(end));
-    let merged = if runs.len() == 1 && runs[0].0 <= offset {
-        let (_, mut v) = runs.pop().unwrap_or_default();
-        v.resize((run_end - start) as usize, 0);
-        v[(offset - start) as usize..(end - start) as usize].copy_from_slice(data);
-        v
-    } else {
-        let mut v = vec![0u8; (run_end - start) as usize];
-        for (s, r) in &runs {
-            v[(s - start) as usize..(s - start) as usize + r.len()].copy_from_slice(r);
-        }
-        v[(offset - start) as usize..(end - start) as usize].copy_from_slice(data);
-        v
-    };
-    st.dirty_bytes += merged.len();
-    st.dirty.insert(start, merged);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn apply(ops: &[(u64, &[u8])]) -> State {
-        let mut st = State::default();
-        for (o, d) in ops {
-            insert(&mut st, *o, d);
+    fn staged(offset: u64, data: &[u8]) -> Staged {
+        Staged {
+            offset,
+            data: data.to_vec(),
         }
-        st
     }
 
     #[test]
-    fn appends_coalesce_into_one_run() {
-        let st = apply(&[(0, b"abc"), (3, b"def"), (6, b"g")]);
-        assert_eq!(st.dirty.len(), 1);
-        assert_eq!(st.dirty[&0], b"abcdefg");
-        assert_eq!(st.dirty_bytes, 7);
+    fn appends_extend_the_run() {
+        let mut s = staged(10, b"abc");
+        assert!(s.merge(13, b"def", 100));
+        assert!(s.merge(16, b"g", 100));
+        assert_eq!(s.data, b"abcdefg");
+        assert_eq!(s.offset, 10);
     }
 
     #[test]
     fn overlaps_take_the_newest_bytes() {
-        let st = apply(&[(10, b"xxxx"), (0, b"aa"), (12, b"YYYYY"), (1, b"B")]);
-        assert_eq!(st.dirty.len(), 2);
-        assert_eq!(st.dirty[&0], b"aB");
-        assert_eq!(st.dirty[&10], b"xxYYYYY");
-        let st = apply(&[(0, b"aa"), (4, b"bb"), (1, b"cccc")]);
-        assert_eq!(st.dirty.len(), 1);
-        assert_eq!(st.dirty[&0], b"accccb");
-        assert_eq!(st.dirty_bytes, 6);
+        let mut s = staged(0, b"aaaaaa");
+        assert!(s.merge(2, b"BB", 100));
+        assert_eq!(s.data, b"aaBBaa");
+        assert!(s.merge(4, b"CCCC", 100));
+        assert_eq!(s.data, b"aaBBCCCC");
+        assert!(s.merge(0, b"D", 100));
+        assert_eq!(s.data, b"DaBBCCCC");
+    }
+
+    #[test]
+    fn gaps_earlier_bytes_and_overflow_are_refused() {
+        let mut s = staged(10, b"abc");
+        assert!(
+            !s.merge(14, b"x", 100),
+            "a gap would need zeroes we do not know"
+        );
+        assert!(!s.merge(9, b"xy", 100), "bytes before the run");
+        assert!(!s.merge(13, &[0; 98], 100), "past the chunk");
+        assert!(s.merge(13, &[0; 97], 100), "exactly the chunk");
+        assert_eq!(s.data.len(), 100);
+        assert_eq!(s.data[..3], *b"abc");
     }
 
     #[test]
     fn matches_a_flat_model() {
-        // Random writes against a flat byte array.
-        let mut model = vec![None::<u8>; 200];
-        let mut st = State::default();
+        // Random mergeable writes against a flat byte array.
+        let mut model: Vec<u8> = b"seed".to_vec();
+        let mut s = staged(1000, b"seed");
         let mut seed = 12345u64;
-        for _ in 0..500 {
+        for _ in 0..2000 {
             seed = seed
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            let off = (seed >> 33) % 180;
-            let len = 1 + (seed >> 13) % 20;
+            let at = (seed >> 33) as usize % (model.len() + 1);
+            let len = 1 + (seed >> 13) as usize % 20;
             let byte = (seed >> 5) as u8;
-            let data = vec![byte; len as usize];
-            insert(&mut st, off, &data);
-            for i in off..off + len {
-                model[i as usize] = Some(byte);
+            let merged = s.merge(1000 + at as u64, &vec![byte; len], 300);
+            assert_eq!(merged, at + len <= 300);
+            if merged {
+                if model.len() < at + len {
+                    model.resize(at + len, 0);
+                }
+                model[at..at + len].fill(byte);
             }
         }
-        let mut flat = vec![None::<u8>; 200];
-        let mut prev_end = None;
-        for (s, v) in &st.dirty {
-            if let Some(pe) = prev_end {
-                assert!(*s > pe, "runs overlap or touch");
-            }
-            for (i, b) in v.iter().enumerate() {
-                flat[*s as usize + i] = Some(*b);
-            }
-            prev_end = Some(s + v.len() as u64);
-        }
-        assert_eq!(flat, model);
-        assert_eq!(st.dirty_bytes, model.iter().filter(|b| b.is_some()).count());
+        assert_eq!(s.data, model);
+        assert_eq!(s.offset, 1000);
     }
 }

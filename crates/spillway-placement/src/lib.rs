@@ -87,6 +87,12 @@ impl Layout {
         (0..self.width).map(move |k| self.server_of(StripeIndex(u64::from(k))))
     }
 
+    /// The stripe holding byte `offset`, and the offset within it.
+    pub fn locate(&self, offset: u64) -> (StripeIndex, u32) {
+        let ss = u64::from(self.stripe_size);
+        (StripeIndex(offset / ss), (offset % ss) as u32)
+    }
+
     /// Split the byte range `[offset, offset+len)` into per-stripe pieces:
     /// (stripe, offset within the stripe, length).
     pub fn pieces(&self, offset: u64, len: u64) -> Vec<(StripeIndex, u32, u32)> {

@@ -35,10 +35,13 @@ pub struct Tunables {
     /// every open fetches fresh attributes).
     pub attr_ttl: Duration,
     pub entry_ttl: Duration,
-    /// Dirty bytes the client buffers per open file before it starts writing back.
+    /// Bytes of one open file's writes in flight to the servers (sent, not yet
+    /// answered) before a writer waits for the oldest reply.
     pub writeback_per_file: usize,
-    /// Write-back RPCs in flight per file (pipelining across servers).
+    /// Write RPCs of one open file in flight at once.
     pub writeback_inflight: usize,
+    /// Small contiguous writes are gathered up to this many bytes per write RPC.
+    pub writeback_chunk: usize,
     /// Largest kernel read/write request.
     pub max_write: u32,
     /// Kernel readahead window.
@@ -58,7 +61,8 @@ impl Default for Tunables {
             attr_ttl: Duration::from_secs(1),
             entry_ttl: Duration::from_secs(1),
             writeback_per_file: 32 << 20,
-            writeback_inflight: 8,
+            writeback_inflight: 64,
+            writeback_chunk: 1 << 20,
             max_write: 1 << 20,
             max_readahead: 4 << 20,
             readdir_page: 1024,
@@ -93,6 +97,9 @@ impl Tunables {
                 "entry_ttl_ms" => self.entry_ttl = Duration::from_millis(num()?),
                 "writeback_per_file" => self.writeback_per_file = num()? as usize,
                 "writeback_inflight" => self.writeback_inflight = (num()? as usize).max(1),
+                "writeback_chunk" => {
+                    self.writeback_chunk = (num()? as usize).clamp(4096, MAX_STRIPE_SIZE as usize)
+                }
                 "max_write" => self.max_write = num()?.clamp(4096, 1 << 20) as u32,
                 "max_readahead" => self.max_readahead = num()?.clamp(4096, 64 << 20) as u32,
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,

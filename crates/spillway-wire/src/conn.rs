@@ -4,7 +4,7 @@
 //! and reconnects when it breaks (a restarted server), resending what is safe to resend.
 
 use crate::codec::Wire;
-use crate::frame::{read_frame, FrameHeader, FrameKind, HEADER_LEN};
+use crate::frame::{read_frame, write_parts, FrameHeader, FrameKind, HEADER_LEN};
 use crate::messages::{Call, HelloReply, HelloReq};
 use spillway_types::tunables::MAX_FRAME_LEN;
 use spillway_types::Errno;
@@ -258,17 +258,18 @@ impl Conn {
             id,
             aux: deadline.as_millis().min(u128::from(u32::MAX)) as u32,
         };
-        let mut head = h.encode(body.len() + bulk.len()).to_vec();
-        head.extend_from_slice(body);
+        let head = h.encode(body.len() + bulk.len());
         let res = {
             let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-            let r = w.write_all(&head);
-            if r.is_ok() && !bulk.is_empty() {
-                // A partial frame may have left: the connection is unusable either way.
-                w.write_all(bulk).map_err(|_| CallError::Lost)
-            } else {
-                r.map_err(|_| CallError::NotSent)
-            }
+            // Once part of a frame left, the connection is unusable and the caller
+            // decides by the call's idempotency whether to send it again.
+            write_parts(&mut *w, &[&head, body, bulk]).map_err(|(_, sent)| {
+                if sent == 0 {
+                    CallError::NotSent
+                } else {
+                    CallError::Lost
+                }
+            })
         };
         if let Err(e) = res {
             self.lock_pending().remove(&id);
@@ -531,30 +532,90 @@ pub struct PendingCall<'a, C: Call> {
 impl<C: Call> PendingCall<'_, C> {
     /// Wait for the reply, resending after a broken connection when that is safe.
     pub fn wait(mut self) -> Result<C::Reply, Errno> {
-        loop {
-            let outcome = match &self.sent {
-                Err(e) => Err(*e),
-                Ok(s) => s.conn.wait_reply(
-                    &s.ticket,
-                    Instant::now() + self.ep.deadline + Duration::from_millis(200),
-                ),
-            };
-            match outcome {
-                Ok(body) => return C::decode_reply(body).map_err(|_| Errno::EPROTO),
-                Err(CallError::Remote(e)) => return Err(e),
-                Err(CallError::Timeout) => {
-                    tracing::warn!(addr = %self.ep.addr, call = C::NAME, "call timed out");
-                    return Err(Errno::ETIMEDOUT);
+        finish::<C>(self.ep, &self.body, self.bulk, &mut self.sent, self.started)
+    }
+}
+
+/// A call in flight that owns its endpoint and its bulk data, so that it may outlive
+/// the request that started it (write-behind): it can still be sent again after a
+/// reconnect, and `wait` hands the bulk buffer back for reuse.
+pub struct OwnedCall<C: Call> {
+    ep: Arc<Endpoint>,
+    body: Vec<u8>,
+    bulk: Vec<u8>,
+    sent: Result<Sent, CallError>,
+    started: Instant,
+    _c: PhantomData<C>,
+}
+
+impl<C: Call> OwnedCall<C> {
+    /// Start `req` with `bulk` on `ep`.
+    pub fn start(ep: &Arc<Endpoint>, req: &C, bulk: Vec<u8>) -> OwnedCall<C> {
+        let body = req.to_bytes();
+        let sent = ep.send(C::OP, &body, &bulk);
+        OwnedCall {
+            ep: ep.clone(),
+            body,
+            bulk,
+            sent,
+            started: Instant::now(),
+            _c: PhantomData,
+        }
+    }
+
+    /// Whether the reply is already in (waiting for it would not block).
+    pub fn is_done(&self) -> bool {
+        match &self.sent {
+            Err(_) => true,
+            Ok(s) => s.ticket.slot.lock().result.is_some(),
+        }
+    }
+
+    /// Wait for the reply (see `PendingCall::wait`); the bulk buffer comes back too.
+    pub fn wait(mut self) -> (Result<C::Reply, Errno>, Vec<u8>) {
+        let r = finish::<C>(
+            &self.ep,
+            &self.body,
+            &self.bulk,
+            &mut self.sent,
+            self.started,
+        );
+        (r, self.bulk)
+    }
+}
+
+/// Wait for a call's reply, resending it after a broken connection when that is safe:
+/// it never left, or it is idempotent (within the endpoint's reconnect window).
+fn finish<C: Call>(
+    ep: &Endpoint,
+    body: &[u8],
+    bulk: &[u8],
+    sent: &mut Result<Sent, CallError>,
+    started: Instant,
+) -> Result<C::Reply, Errno> {
+    loop {
+        let outcome = match &*sent {
+            Err(e) => Err(*e),
+            Ok(s) => s.conn.wait_reply(
+                &s.ticket,
+                Instant::now() + ep.deadline + Duration::from_millis(200),
+            ),
+        };
+        match outcome {
+            Ok(body) => return C::decode_reply(body).map_err(|_| Errno::EPROTO),
+            Err(CallError::Remote(e)) => return Err(e),
+            Err(CallError::Timeout) => {
+                tracing::warn!(addr = %ep.addr, call = C::NAME, "call timed out");
+                return Err(Errno::ETIMEDOUT);
+            }
+            Err(e @ (CallError::NotSent | CallError::Lost)) => {
+                let may_resend = e == CallError::NotSent || C::IDEMPOTENT;
+                if !may_resend || started.elapsed() > ep.reconnect_window {
+                    tracing::warn!(addr = %ep.addr, call = C::NAME, "connection lost");
+                    return Err(Errno::EIO);
                 }
-                Err(e @ (CallError::NotSent | CallError::Lost)) => {
-                    let may_resend = e == CallError::NotSent || C::IDEMPOTENT;
-                    if !may_resend || self.started.elapsed() > self.ep.reconnect_window {
-                        tracing::warn!(addr = %self.ep.addr, call = C::NAME, "connection lost");
-                        return Err(Errno::EIO);
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                    self.sent = self.ep.send(C::OP, &self.body, self.bulk);
-                }
+                std::thread::sleep(Duration::from_millis(20));
+                *sent = ep.send(C::OP, body, bulk);
             }
         }
     }

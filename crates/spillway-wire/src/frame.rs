@@ -12,7 +12,7 @@
 //! ```
 
 use spillway_types::tunables::MAX_FRAME_LEN;
-use std::io::{self, Read};
+use std::io::{self, IoSlice, Read, Write};
 
 pub const HEADER_LEN: usize = 20;
 
@@ -74,6 +74,32 @@ fn bad(msg: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.to_string())
 }
 
+/// Write one frame's parts with as few system calls as the socket allows (one
+/// `writev` for a frame that fits the send buffer), so that the header of a frame
+/// never leaves as a packet of its own. On failure, says how many bytes did leave
+/// (none: the frame may be sent again on another connection whatever it asks).
+pub fn write_parts(w: &mut impl Write, parts: &[&[u8]]) -> Result<(), (io::Error, usize)> {
+    let mut slices: Vec<IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| IoSlice::new(p))
+        .collect();
+    let mut rest = &mut slices[..];
+    let mut sent = 0;
+    while !rest.is_empty() {
+        match w.write_vectored(rest) {
+            Ok(0) => return Err((io::ErrorKind::WriteZero.into(), sent)),
+            Ok(n) => {
+                sent += n;
+                IoSlice::advance_slices(&mut rest, n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((e, sent)),
+        }
+    }
+    Ok(())
+}
+
 /// One received frame: its header and the body bytes (owned; bulk data borrows them).
 pub struct Frame {
     pub header: FrameHeader,
@@ -96,11 +122,21 @@ pub fn read_frame(r: &mut impl Read, limit: u32) -> io::Result<Option<Frame>> {
     if len > limit.min(MAX_FRAME_LEN) {
         return Err(bad("frame longer than allowed"));
     }
-    let mut rest = vec![0u8; len as usize];
-    r.read_exact(&mut rest)?;
-    let header = FrameHeader::decode(&rest)?;
-    rest.drain(..HEADER_LEN - 4);
-    Ok(Some(Frame { header, body: rest }))
+    let mut head = [0u8; HEADER_LEN - 4];
+    r.read_exact(&mut head)?;
+    let header = FrameHeader::decode(&head)?;
+    // The body is read into spare capacity: no zero-filling of megabytes of bulk data
+    // that the next instruction overwrites, and no shifting it past the header.
+    let want = len as usize - (HEADER_LEN - 4);
+    let mut body = Vec::with_capacity(want);
+    r.take(want as u64).read_to_end(&mut body)?;
+    if body.len() != want {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "frame cut short",
+        ));
+    }
+    Ok(Some(Frame { header, body }))
 }
 
 #[cfg(test)]

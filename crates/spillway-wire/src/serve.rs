@@ -4,12 +4,12 @@
 //! the server cannot decode is answered with EPROTO.
 
 use crate::codec::Wire;
-use crate::frame::{read_frame, Frame, FrameHeader, FrameKind};
+use crate::frame::{read_frame, write_parts, Frame, FrameHeader, FrameKind};
 use crate::messages::{Call, HelloReply, HelloReq, Request};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use spillway_types::tunables::MAX_FRAME_LEN;
 use spillway_types::Errno;
-use std::io::Write;
+use std::io::BufReader;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -195,11 +195,9 @@ fn write_reply(w: &Mutex<TcpStream>, h: FrameHeader, reply: Result<Reply, Errno>
             Vec::new(),
         ),
     };
-    let mut head = h.encode(body.len() + bulk.len()).to_vec();
-    head.extend_from_slice(&body);
+    let head = h.encode(body.len() + bulk.len());
     let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
-    let ok = s.write_all(&head).is_ok() && (bulk.is_empty() || s.write_all(&bulk).is_ok());
-    if !ok {
+    if write_parts(&mut *s, &[&head, &body, &bulk]).is_err() {
         let _ = s.shutdown(Shutdown::Both);
     }
 }
@@ -256,8 +254,10 @@ fn connection<S: Service>(
         service: service.clone(),
         session,
     });
+    // Buffered: a small request arrives in one read; bulk data bypasses the buffer.
+    let mut input = BufReader::with_capacity(64 << 10, &stream);
     loop {
-        let frame = match read_frame(&mut stream, MAX_FRAME_LEN) {
+        let frame = match read_frame(&mut input, MAX_FRAME_LEN) {
             Ok(Some(f)) if f.header.kind == FrameKind::Request => f,
             Ok(None) => break,
             Ok(Some(_)) | Err(_) => {

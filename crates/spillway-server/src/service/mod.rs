@@ -31,7 +31,7 @@ impl SpillwayService {
     }
 }
 
-/// Largest write run on the connection's thread (reads are all small requests).
+/// Largest read run on the connection's thread.
 const INLINE_DATA_MAX: usize = 64 << 10;
 
 impl Service for SpillwayService {
@@ -84,11 +84,13 @@ impl Service for SpillwayService {
     }
 
     fn runs_inline(&self, opcode: u16, body: &[u8]) -> bool {
-        // Small data requests: a 4 KiB write (even with its fdatasync) is cheaper than
-        // the wake-up of a worker, and the caller waits for it anyway. Large ones go to
-        // the pool, where reads ahead and writes behind proceed in parallel.
+        // Writes run in arrival order on the connection's thread: the bytes just
+        // received are copied into the page cache on the same CPU while still in its
+        // cache, and one client's stream of writes to a stripe file never has several
+        // workers queueing on that file's lock. A client keeps many writes in flight,
+        // so the connection stays busy; other clients have their own connections.
         if opcode == WriteReq::OP {
-            return body.len() <= INLINE_DATA_MAX;
+            return true;
         }
         if opcode == ReadReq::OP {
             return ReadReq::from_bytes(body).is_ok_and(|r| r.len as usize <= INLINE_DATA_MAX);
