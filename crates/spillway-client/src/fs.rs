@@ -274,8 +274,19 @@ impl SpillwayFs {
     /// Tell a directory's home that an entry changed (mtime/ctime, subdirectory count).
     /// A failure is logged, not returned: the entry change itself already succeeded.
     fn touch_dir(&self, dir: InodeNo, nlink_delta: i32) {
-        if let Err(e) = self.inst.touch_dir(dir, nlink_delta) {
-            tracing::debug!(%dir, "touching directory failed: {e}");
+        self.touched(dir, self.inst.touch_dir(dir, nlink_delta));
+    }
+
+    /// The outcome of a TouchDir: the directory's new attributes, or (a failure is
+    /// logged, not returned: the entry change itself already succeeded) not knowing
+    /// them any more.
+    fn touched(&self, dir: InodeNo, r: R<Attr>) {
+        match r {
+            Ok(a) => self.t.remember(&a, false),
+            Err(e) => {
+                tracing::debug!(%dir, "touching directory failed: {e}");
+                self.t.stale(dir);
+            }
         }
     }
 
@@ -335,9 +346,7 @@ impl SpillwayFs {
         // succeeds: update the parent's times in parallel with it.
         let touch = self.inst.start_touch_dir(parent, 0);
         let attr = self.inst.create(create);
-        if let Err(e) = touch.and_then(|t| t.wait()) {
-            tracing::debug!(%parent, "touching directory failed: {e}");
-        }
+        self.touched(parent, touch.and_then(|t| t.wait()).map(|r| r.attr));
         attr
     }
 
@@ -750,6 +759,9 @@ impl Filesystem for SpillwayFs {
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if let Some((a, ttl)) = self.t.fresh_dir_attr(ino(i), self.tun.attr_ttl) {
+            return reply.attr(&ttl, &self.fuse_attr(&a));
+        }
         self.reply_attr(reply, self.inst.getattr(ino(i)).map_err(gone));
     }
 
@@ -1129,6 +1141,8 @@ impl Filesystem for SpillwayFs {
             return reply.error(fuser::Errno::EOPNOTSUPP);
         }
         self.forget_capability(ino(i));
+        // The change moves the inode's ctime on the server.
+        self.t.stale(ino(i));
         Self::empty(reply, self.inst.set_xattr(ino(i), n, value, flags as u32));
     }
 
@@ -1179,6 +1193,7 @@ impl Filesystem for SpillwayFs {
             return reply.error(fuser::Errno::EOPNOTSUPP);
         }
         self.forget_capability(ino(i));
+        self.t.stale(ino(i));
         Self::empty(reply, self.inst.remove_xattr(ino(i), n));
     }
 

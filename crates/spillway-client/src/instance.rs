@@ -149,10 +149,12 @@ impl Instance {
         Ok(self.home(ino)?.call(&LinkCountReq { ino, delta })?.attr)
     }
 
-    pub fn touch_dir(&self, ino: InodeNo, nlink_delta: i32) -> Result<(), Errno> {
-        self.home(ino)?
-            .call(&TouchDirReq { ino, nlink_delta })
-            .map(|_| ())
+    /// Update a directory's times (and subdirectory count); its new attributes.
+    pub fn touch_dir(&self, ino: InodeNo, nlink_delta: i32) -> Result<Attr, Errno> {
+        Ok(self
+            .home(ino)?
+            .call(&TouchDirReq { ino, nlink_delta })?
+            .attr)
     }
 
     /// Seal a directory on every server (it must be empty everywhere). On ENOTEMPTY

@@ -24,6 +24,12 @@ pub struct Node {
     /// every write (FUSE inodes never get S_NOSEC), so it is answered from here for the
     /// attribute lifetime instead of costing a round trip per write.
     pub capability: Option<(std::time::Instant, Option<Vec<u8>>)>,
+    /// When `attr` last came from the home server. A directory's attributes are
+    /// answered from here within the attribute lifetime: the kernel drops its copy
+    /// after every entry change in the directory, and asking the server again right
+    /// after our own change (whose reply carried the new attributes) would cost a
+    /// round trip per file created.
+    pub fetched: Option<std::time::Instant>,
 }
 
 impl Node {
@@ -36,6 +42,7 @@ impl Node {
             wb: None,
             cached: None,
             capability: None,
+            fetched: None,
         }
     }
 }
@@ -71,8 +78,33 @@ impl Tables {
         let mut nodes = self.nodes();
         let n = nodes.entry(attr.ino).or_insert_with(|| Node::new(attr));
         n.attr = attr.clone();
+        n.fetched = Some(std::time::Instant::now());
         if lookup {
             n.lookups += 1;
+        }
+    }
+
+    /// A directory's attributes if they came from its home less than `ttl` ago, with
+    /// what is left of that lifetime.
+    pub fn fresh_dir_attr(
+        &self,
+        ino: InodeNo,
+        ttl: std::time::Duration,
+    ) -> Option<(Attr, std::time::Duration)> {
+        let nodes = self.nodes();
+        let n = nodes.get(&ino)?;
+        if n.attr.kind != spillway_types::FileKind::Directory {
+            return None;
+        }
+        let left = ttl.checked_sub(n.fetched?.elapsed())?;
+        Some((n.attr.clone(), left))
+    }
+
+    /// Forget that a node's attributes are current (a change to it may have failed
+    /// half-way).
+    pub fn stale(&self, ino: InodeNo) {
+        if let Some(n) = self.nodes().get_mut(&ino) {
+            n.fetched = None;
         }
     }
 

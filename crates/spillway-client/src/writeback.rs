@@ -335,6 +335,8 @@ impl WriteBack {
             .collect();
         let sync_calls = self.inst.start_sync_data(self.ino, &older);
         let sent = self.send_staged(st, &layout, durable);
+        // The size call above covers this last run too.
+        st.size_stale = false;
         self.reap_all(st);
         let synced =
             sync_calls.and_then(|calls| calls.into_iter().try_for_each(|c| c.wait().map(|_| ())));

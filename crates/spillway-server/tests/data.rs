@@ -336,15 +336,16 @@ fn a_purge_completes_when_a_peer_fragment_is_gone() {
             delta: -1,
         })
         .unwrap();
-    let db = rusqlite::Connection::open(
-        c.nodes[0]
-            .root
-            .join(format!("fragments/{INSTANCE}/meta.sqlite")),
-    )
-    .unwrap();
+    // The server holds its database exclusively: ask it, as an operator would.
     let pending = || {
-        db.query_row("SELECT COUNT(*) FROM purges", [], |r| r.get::<_, i64>(0))
+        c.nodes[0]
+            .admin()
+            .call(&spillway_wire::FragmentListReq {})
             .unwrap()
+            .fragments
+            .iter()
+            .find(|f| f.instance == INSTANCE)
+            .map_or(0, |f| f.pending_purges)
     };
     assert!(
         eventually(Duration::from_secs(10), || pending() == 0),

@@ -110,6 +110,8 @@ wire_struct!(FragmentInfo {
     capacity: u64,
     used: u64,
     inodes: u64,
+    /// Unlinked files whose stripes on other servers are not all deleted yet.
+    pending_purges: u64,
 });
 wire_struct!(FragmentListReply { fragments: Vec<FragmentInfo> });
 
@@ -317,7 +319,7 @@ calls! {
     25 InsertEntryReq -> InsertEntryReply, false;
     26 RenameReq -> RenameReply, false;
     27 LinkCountReq -> AttrReply, false;
-    28 TouchDirReq -> Empty, false;
+    28 TouchDirReq -> AttrReply, false;
     29 SealDirReq -> Empty, true;
     30 UnsealDirReq -> Empty, true;
     31 ReadDirReq -> ReadDirReply, true;

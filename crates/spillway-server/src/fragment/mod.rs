@@ -165,6 +165,7 @@ impl Fragment {
             capacity: self.config.capacity,
             used: self.data.used(),
             inodes: self.meta.inode_count()?,
+            pending_purges: self.meta.purge_count()?,
         })
     }
 

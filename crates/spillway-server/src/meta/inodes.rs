@@ -97,14 +97,15 @@ impl MetaStore {
     }
 
     /// A directory's entries changed: mtime = ctime = now, nlink += delta.
-    pub fn touch_dir(&self, ino: InodeNo, nlink_delta: i32) -> StoreResult<()> {
+    pub fn touch_dir(&self, ino: InodeNo, nlink_delta: i32) -> StoreResult<Attr> {
         self.txn(|tx| {
             let mut a = rows::get_inode(tx, ino)?.ok_or(fs(Errno::ENOENT))?;
             a.nlink = add_links(a.nlink, nlink_delta);
             let now = Timespec::now();
             a.mtime = now;
             a.ctime = now;
-            rows::update_inode(tx, &a)
+            rows::update_inode(tx, &a)?;
+            Ok(a)
         })
     }
 

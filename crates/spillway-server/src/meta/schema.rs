@@ -55,6 +55,12 @@ pub struct RootSpec {
 }
 
 fn configure(conn: &Connection) -> StoreResult<()> {
+    // This server is the database's only user: take the file lock once and keep it.
+    // Every transaction then skips its lock and unlock system calls (eight per
+    // metadata request otherwise) and the WAL index lives in memory instead of a
+    // shared -shm mapping. Set before WAL mode, as SQLite requires for the in-memory
+    // WAL index. (Tools that want to look inside must stop the server first.)
+    conn.query_row("PRAGMA locking_mode = EXCLUSIVE", [], |_| Ok(()))?;
     // journal_mode answers with a row, so it is queried rather than executed.
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {

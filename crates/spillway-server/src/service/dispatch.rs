@@ -69,7 +69,7 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
             r.flags,
         )?),
         Request::LinkCountReq(r) => attr(f.link_count(r.ino, r.delta)?),
-        Request::TouchDirReq(r) => f.meta.touch_dir(r.ino, r.nlink_delta).map(|()| empty())?,
+        Request::TouchDirReq(r) => attr(f.meta.touch_dir(r.ino, r.nlink_delta)?),
         Request::SealDirReq(r) => f.meta.seal_dir(r.ino).map(|()| empty())?,
         Request::UnsealDirReq(r) => f.meta.unseal_dir(r.ino).map(|()| empty())?,
         Request::ReadDirReq(r) => Reply::of(&f.meta.read_dir(r.dir, &r.after, r.max)?),
