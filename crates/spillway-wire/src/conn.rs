@@ -88,7 +88,7 @@ struct Reader {
     head: [u8; HEADER_LEN],
     head_filled: usize,
     body: Vec<u8>,
-    body_filled: usize,
+    body_len: usize,
 }
 
 enum ReadOutcome {
@@ -111,28 +111,35 @@ impl Reader {
             let r = if self.head_filled < HEADER_LEN {
                 self.stream.read(&mut self.head[self.head_filled..])
             } else {
-                self.stream.read(&mut self.body[self.body_filled..])
+                // Into spare capacity: megabytes of read data are not zero-filled
+                // first. Bytes read before a timeout stay in `body`.
+                let want = (self.body_len - self.body.len()) as u64;
+                (&self.stream)
+                    .take(want)
+                    .read_to_end(&mut self.body)
+                    .map(|_| 0)
             };
             match r {
-                Ok(0) => return ReadOutcome::Broken,
+                Ok(0) if self.head_filled < HEADER_LEN => return ReadOutcome::Broken,
+                Ok(0) => {
+                    if self.body.len() < self.body_len {
+                        return ReadOutcome::Broken;
+                    }
+                }
                 Ok(n) => {
-                    if self.head_filled < HEADER_LEN {
-                        self.head_filled += n;
-                        if self.head_filled == HEADER_LEN {
-                            let len = u32::from_le_bytes([
-                                self.head[0],
-                                self.head[1],
-                                self.head[2],
-                                self.head[3],
-                            ]);
-                            if len < (HEADER_LEN - 4) as u32 || len > MAX_FRAME_LEN {
-                                return ReadOutcome::Broken;
-                            }
-                            self.body = vec![0u8; len as usize - (HEADER_LEN - 4)];
-                            self.body_filled = 0;
+                    self.head_filled += n;
+                    if self.head_filled == HEADER_LEN {
+                        let len = u32::from_le_bytes([
+                            self.head[0],
+                            self.head[1],
+                            self.head[2],
+                            self.head[3],
+                        ]);
+                        if len < (HEADER_LEN - 4) as u32 || len > MAX_FRAME_LEN {
+                            return ReadOutcome::Broken;
                         }
-                    } else {
-                        self.body_filled += n;
+                        self.body_len = len as usize - (HEADER_LEN - 4);
+                        self.body = Vec::with_capacity(self.body_len);
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
@@ -141,7 +148,7 @@ impl Reader {
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return ReadOutcome::Broken,
             }
-            if self.head_filled == HEADER_LEN && self.body_filled == self.body.len() {
+            if self.head_filled == HEADER_LEN && self.body.len() == self.body_len {
                 self.head_filled = 0;
                 let body = std::mem::take(&mut self.body);
                 return match FrameHeader::decode(&self.head[4..]) {
@@ -217,7 +224,7 @@ impl Conn {
                 head: [0; HEADER_LEN],
                 head_filled: 0,
                 body: Vec::new(),
-                body_filled: 0,
+                body_len: 0,
             }),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
