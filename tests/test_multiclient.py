@@ -151,6 +151,30 @@ def test_create_and_unlink_visible_within_attr_timeout(pair):
     assert H.errno_of(os.open, j(b, "new"), os.O_RDONLY) == errno.ENOENT
 
 
+def test_directory_removed_elsewhere_is_gone_within_attr_timeout(pair):
+    """The client answers repeated lookups of a subdirectory from what the server said
+    within the entry lifetime (the kernel forces one on every mkdir of an existing
+    name): another client's rmdir must still show within that lifetime, and after it
+    a mkdir of the name succeeds."""
+    a, b = pair
+    os.mkdir(j(a, "d"))
+    assert H.errno_of(os.mkdir, j(a, "d")) == errno.EEXIST  # answered from the cache
+    assert H.poll(lambda: os.path.isdir(j(b, "d")), timeout=ATTR_TIMEOUT)
+    os.rmdir(j(b, "d"))
+    t0 = time.monotonic()
+
+    def recreated():
+        try:
+            os.mkdir(j(a, "d"))
+            return True
+        except FileExistsError:
+            return False
+
+    assert H.poll(recreated, timeout=ATTR_TIMEOUT), "B's rmdir not seen by A's mkdir"
+    print(f"\nrmdir on B seen by A's mkdir after {time.monotonic() - t0:.2f} s")
+    assert H.poll(lambda: os.path.isdir(j(b, "d")), timeout=ATTR_TIMEOUT)
+
+
 def test_rename_seen_on_other_mount(pair):
     a, b = pair
     os.mkdir(j(a, "d1"))

@@ -493,6 +493,33 @@ def test_mkdir_rmdir(fs_root):
     assert os.listdir(fs_root) == ["f"]
 
 
+def test_directory_names_reused_at_once(fs_root):
+    """Lookups of subdirectories are answered from a short-lived client cache: every
+    change this client makes to a name must take effect immediately."""
+    d, e = p(fs_root, "d"), p(fs_root, "e")
+    for _ in range(3):
+        os.mkdir(d)
+        assert_errno(errno.EEXIST, os.mkdir, d)
+        os.rmdir(d)
+        assert_errno(errno.ENOENT, os.stat, d)
+    os.mkdir(d)
+    assert_errno(errno.EEXIST, os.mkdir, d)  # the client now remembers d
+    os.rename(d, e)
+    assert_errno(errno.ENOENT, os.stat, d)
+    os.mkdir(d)  # the old name is free at once
+    assert_errno(errno.EEXIST, os.mkdir, e)
+    os.rmdir(e)
+    os.rename(d, e)
+    assert sorted(os.listdir(fs_root)) == ["e"]
+    H.write_file(p(fs_root, "f"), b"x")
+    os.rename(p(fs_root, "f"), d)  # a file takes a former directory's name
+    assert_errno(errno.ENOTDIR, os.listdir, d)
+    assert_errno(errno.EEXIST, os.mkdir, d)
+    os.unlink(d)
+    os.mkdir(d)
+    assert os.listdir(d) == []
+
+
 def test_rmdir_nonempty_after_create_from_other_fd(fs_root):
     d = p(fs_root, "d")
     os.mkdir(d)

@@ -737,9 +737,21 @@ impl Filesystem for SpillwayFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let parent = ino(parent);
+        let n = name.as_bytes();
+        if let Some((a, ttl)) =
+            self.t
+                .cached_subdir(parent, n, self.tun.entry_ttl, self.tun.attr_ttl)
+        {
+            return reply.entry(&ttl, &self.fuse_attr(&a), Generation(0));
+        }
         let r = check_name(name)
-            .and_then(|n| self.inst.lookup(ino(parent), n))
+            .and_then(|n| self.inst.lookup(parent, n))
             .map(|(_, a)| a);
+        match &r {
+            Ok(a) => self.t.remember_entry(parent, n, a, self.tun.entry_ttl),
+            Err(_) => self.t.forget_entry(parent, n),
+        }
         match r {
             // A negative entry (node id 0): the kernel remembers the miss for the entry
             // lifetime, so the lookups before a create do not each cost a round trip.
@@ -868,11 +880,15 @@ impl Filesystem for SpillwayFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.do_unlink(ino(parent), name));
+        let r = self.do_unlink(ino(parent), name);
+        self.t.forget_entry(ino(parent), name.as_bytes());
+        Self::empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.do_rmdir(ino(parent), name));
+        let r = self.do_rmdir(ino(parent), name);
+        self.t.forget_entry(ino(parent), name.as_bytes());
+        Self::empty(reply, r);
     }
 
     fn symlink(
@@ -921,10 +937,10 @@ impl Filesystem for SpillwayFs {
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
             f |= rename_flags::EXCHANGE;
         }
-        Self::empty(
-            reply,
-            self.do_rename(ino(parent), name, ino(newparent), newname, f),
-        );
+        let r = self.do_rename(ino(parent), name, ino(newparent), newname, f);
+        self.t.forget_entry(ino(parent), name.as_bytes());
+        self.t.forget_entry(ino(newparent), newname.as_bytes());
+        Self::empty(reply, r);
     }
 
     fn link(

@@ -374,7 +374,10 @@ impl Instance {
         // A short answer means a hole up to the stripe's end: zeroes.
         if calls.len() == 1 {
             // The common case (a read within one stripe): hand the reply on as it is.
-            let mut data = calls.into_iter().next().map_or(Ok(Vec::new()), |c| c.wait())?;
+            let mut data = calls
+                .into_iter()
+                .next()
+                .map_or(Ok(Vec::new()), |c| c.wait())?;
             data.resize((end - offset) as usize, 0);
             return Ok(data);
         }

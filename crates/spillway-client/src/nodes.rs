@@ -7,6 +7,7 @@ use spillway_wire::messages::DirEntry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 pub struct Node {
     /// Last attributes received from the inode's home server.
@@ -56,8 +57,16 @@ pub struct Tables {
     nodes: Mutex<HashMap<InodeNo, Node>>,
     files: Mutex<HashMap<u64, OpenFile>>,
     dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
+    /// (parent, name) → subdirectory, and when the server said so: see `cached_subdir`.
+    subdirs: Mutex<SubdirCache>,
     next_fh: AtomicU64,
 }
+
+/// (parent, name) → (when the server said so, the subdirectory).
+type SubdirCache = HashMap<(InodeNo, Vec<u8>), (Instant, InodeNo)>;
+
+/// Bound on remembered subdirectory names; past it, expired ones are dropped.
+const SUBDIR_CACHE_MAX: usize = 4096;
 
 impl Tables {
     pub fn nodes(&self) -> MutexGuard<'_, HashMap<InodeNo, Node>> {
@@ -69,6 +78,53 @@ impl Tables {
     pub fn dirs(&self) -> MutexGuard<'_, HashMap<u64, Vec<DirEntry>>> {
         self.dirs.lock().unwrap_or_else(|e| e.into_inner())
     }
+    fn subdirs(&self) -> MutexGuard<'_, SubdirCache> {
+        self.subdirs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The server just said `name` in `parent` is `child`; remembered for directories
+    /// only (a file's attributes change under this client's own writes, a
+    /// directory's only by entry changes, which this client hears about).
+    pub fn remember_entry(&self, parent: InodeNo, name: &[u8], child: &Attr, ttl: Duration) {
+        let mut map = self.subdirs();
+        if child.kind != spillway_types::FileKind::Directory {
+            map.remove(&(parent, name.to_vec()));
+            return;
+        }
+        if map.len() >= SUBDIR_CACHE_MAX {
+            map.retain(|_, (at, _)| at.elapsed() < ttl);
+        }
+        if map.len() < SUBDIR_CACHE_MAX {
+            map.insert((parent, name.to_vec()), (Instant::now(), child.ino));
+        }
+    }
+
+    /// A name this client changed (or found missing): ask the server next time.
+    pub fn forget_entry(&self, parent: InodeNo, name: &[u8]) {
+        self.subdirs().remove(&(parent, name.to_vec()));
+    }
+
+    /// Answer a lookup of a subdirectory from what the server said less than
+    /// `entry_ttl` ago, with the directory's attributes if they are fresh too: the
+    /// kernel forces a lookup for every `mkdir`/`O_EXCL` create of an existing name
+    /// (`LOOKUP_EXCL`) even while its own entry is valid, and this keeps the answer
+    /// within the same staleness bound as the kernel's cache. Counts a kernel
+    /// reference, as a lookup reply does. Returns the attributes and the lifetime left.
+    pub fn cached_subdir(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        entry_ttl: Duration,
+        attr_ttl: Duration,
+    ) -> Option<(Attr, Duration)> {
+        let (at, child) = *self.subdirs().get(&(parent, name.to_vec()))?;
+        let entry_left = entry_ttl.checked_sub(at.elapsed())?;
+        let (attr, attr_left) = self.fresh_dir_attr(child, attr_ttl)?;
+        let mut nodes = self.nodes();
+        nodes.get_mut(&child)?.lookups += 1;
+        Some((attr, entry_left.min(attr_left)))
+    }
+
     pub fn new_fh(&self) -> u64 {
         self.next_fh.fetch_add(1, Ordering::Relaxed) + 1
     }
@@ -86,11 +142,7 @@ impl Tables {
 
     /// A directory's attributes if they came from its home less than `ttl` ago, with
     /// what is left of that lifetime.
-    pub fn fresh_dir_attr(
-        &self,
-        ino: InodeNo,
-        ttl: std::time::Duration,
-    ) -> Option<(Attr, std::time::Duration)> {
+    pub fn fresh_dir_attr(&self, ino: InodeNo, ttl: Duration) -> Option<(Attr, Duration)> {
         let nodes = self.nodes();
         let n = nodes.get(&ino)?;
         if n.attr.kind != spillway_types::FileKind::Directory {
