@@ -56,6 +56,7 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
     let mut session = Session::new(fs, &args.mountpoint, &config)
         .map_err(|e| format!("cannot mount at {}: {e}", args.mountpoint.display()))?;
     let _ = notifier.set(session.notifier());
+    set_readahead(&args.mountpoint, args.tunables.max_readahead);
     let mut unmounter = session.unmount_callable();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -87,8 +88,79 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
         .map_err(|e| format!("file system session ended with an error: {e}"))
 }
 
+/// Give the mount's backing device the readahead window the client asked the kernel
+/// for. The kernel caps a FUSE mount's readahead at its default device window
+/// (128 KiB) whatever the file system negotiates, which leaves a sequential reader
+/// waiting on one request after another; the window is set where the kernel keeps it,
+/// `/sys/class/bdi/MAJ:MIN/read_ahead_kb`. Found through /proc/self/mountinfo: a stat
+/// of the mount point would wait for the session we have not started serving yet.
+fn set_readahead(mountpoint: &std::path::Path, bytes: u32) {
+    let Some(dev) = mount_device(mountpoint) else {
+        tracing::warn!("readahead left at the kernel default: mount not found in mountinfo");
+        return;
+    };
+    let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+    match std::fs::write(&knob, format!("{}", bytes / 1024)) {
+        Ok(()) => tracing::debug!("{knob} = {} KiB", bytes / 1024),
+        Err(e) => tracing::warn!("readahead left at the kernel default ({knob}: {e})"),
+    }
+}
+
+/// The device number (`MAJ:MIN`) of the most recent mount at `mountpoint`.
+fn mount_device(mountpoint: &std::path::Path) -> Option<String> {
+    let want = std::fs::canonicalize(mountpoint).ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let dev = fields.nth(2)?;
+            let at = fields.nth(1)?;
+            (std::path::Path::new(&unescape_mountinfo(at)) == want).then(|| dev.to_string())
+        })
+        .last()
+}
+
+/// mountinfo writes space, tab, newline and backslash in paths as `\ooo` octal.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).and_then(|d| {
+            d.iter()
+                .all(|c| (b'0'..=b'7').contains(c))
+                .then(|| d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0')))
+        });
+        match octal {
+            Some(v) if b[i] == b'\\' && v <= 0xff => {
+                out.push(v as u8);
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_paths_are_unescaped() {
+        assert_eq!(unescape_mountinfo("/mnt/a\\040b"), "/mnt/a b");
+        assert_eq!(unescape_mountinfo("/x\\011y\\134z"), "/x\ty\\z");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(unescape_mountinfo("/trailing\\"), "/trailing\\");
+        assert_eq!(unescape_mountinfo("/bad\\9"), "/bad\\9");
+    }
 }
