@@ -54,6 +54,16 @@ def test_second_mount_is_a_mount(mounts, cluster):
     assert sa.f_blocks * sa.f_frsize == sb.f_blocks * sb.f_frsize == cluster.capacity()
 
 
+def test_mounts_get_the_readahead_window(mounts):
+    """The kernel caps a FUSE mount's readahead at 128 KiB whatever the file system
+    negotiates; the client sets its device's window to max_readahead (4 MiB)."""
+    for mp in mounts:
+        dev = os.stat(mp).st_dev
+        knob = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
+        with open(knob) as f:
+            assert int(f.read()) == 4096, knob
+
+
 def test_close_to_open_basic(pair):
     a, b = pair
     data = os.urandom(5 * MiB + 123)

@@ -4,7 +4,6 @@ server, the existing mount reconnects by itself, and a whole cluster down/up wit
 
 import hashlib
 import os
-import threading
 import time
 
 import pytest
@@ -124,18 +123,26 @@ def test_kill_each_server_in_turn(fs_root, cluster, sig):
                 pass
 
 
-def _in_thread(fn):
-    box = {}
+def _in_process(script, *args):
+    """Run `script` in a child Python process. Not a thread: this process must hold no
+    file of the mount open while it forks `spillway cluster start-server`, or the
+    child's close of the inherited descriptor (before its exec) would wait, like any
+    close, for the dirty data to reach the server that is down - and the server would
+    never be started."""
+    import subprocess
+    import sys
 
-    def run():
-        try:
-            box["result"] = fn()
-        except BaseException as e:
-            box["error"] = e
+    return subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, box
+
+_READ = "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())"
+_WRITE = (
+    "import hashlib, os, sys\n"
+    "data = os.urandom(4 << 20)\n"
+    "with open(sys.argv[1], 'wb') as f:\n"
+    "    f.write(data)\n"
+    "print(hashlib.sha256(data).hexdigest())\n"
+)
 
 
 @pytest.mark.timeout(300)
@@ -148,21 +155,18 @@ def test_io_during_outage_completes_after_restart(fs_root, cluster):
     H.drop_file_cache(p)
     cluster.kill_server(0, "KILL")
     try:
-        reader, rbox = _in_thread(lambda: H.read_file(p))
-        new = os.urandom(4 * MiB)
-        writer, wbox = _in_thread(lambda: H.write_file(os.path.join(fs_root, "g"), new))
+        reader = _in_process(_READ, p)
+        writer = _in_process(_WRITE, os.path.join(fs_root, "g"))
         time.sleep(2)
     finally:
         cluster.start_server(0)
-    reader.join(60)
-    writer.join(60)
-    assert not reader.is_alive(), "read still blocked 60 s after the server came back"
-    assert not writer.is_alive(), "write+close still blocked 60 s after the server came back"
-    assert "error" not in rbox, f"read during the outage failed: {rbox.get('error')!r}"
-    assert "error" not in wbox, f"write during the outage failed: {wbox.get('error')!r}"
-    assert rbox["result"] == data
+    rout, rerr = reader.communicate(timeout=90)
+    wout, werr = writer.communicate(timeout=90)
+    assert reader.returncode == 0, f"read during the outage failed: {rerr}"
+    assert writer.returncode == 0, f"write+close during the outage failed: {werr}"
+    assert rout.strip() == hashlib.sha256(data).hexdigest()
     H.drop_file_cache(os.path.join(fs_root, "g"))
-    assert H.read_file(os.path.join(fs_root, "g")) == new
+    assert hashlib.sha256(H.read_file(os.path.join(fs_root, "g"))).hexdigest() == wout.strip()
 
 
 @pytest.mark.timeout(600)

@@ -406,6 +406,7 @@ impl SpillwayFs {
             if let Some(n) = nodes.get_mut(&a.ino) {
                 n.cached = Some((a.size, a.mtime));
                 n.attr = a;
+                n.fetched = Some(std::time::Instant::now());
             }
         }
     }
@@ -434,9 +435,12 @@ impl SpillwayFs {
     fn do_unlink(&self, parent: InodeNo, name: &OsStr) -> R<()> {
         let name = check_name(name)?;
         let removed = self.inst.remove_entry(parent, name, want::NOT_DIR)?;
-        let attr = self.inst.link_count(removed.ino, -1)?;
-        self.t.remember(&attr, false);
-        self.touch_dir(parent, 0);
+        // The entry is gone: the inode's link count and the directory's times are
+        // independent updates at (possibly) two homes, made in parallel.
+        let touch = self.inst.start_touch_dir(parent, 0);
+        let attr = self.inst.link_count(removed.ino, -1);
+        self.touched(parent, touch.and_then(|t| t.wait()).map(|r| r.attr));
+        self.t.remember(&attr?, false);
         Ok(())
     }
 
@@ -451,10 +455,12 @@ impl SpillwayFs {
             self.inst.unseal_dir(entry.ino);
             return Err(e);
         }
-        // A directory's own links: its entry and its ".".
-        let attr = self.inst.link_count(entry.ino, -2)?;
-        self.t.remember(&attr, false);
-        self.touch_dir(parent, -1);
+        // A directory's own links: its entry and its ".". In parallel with the
+        // parent's times and subdirectory count.
+        let touch = self.inst.start_touch_dir(parent, -1);
+        let attr = self.inst.link_count(entry.ino, -2);
+        self.touched(parent, touch.and_then(|t| t.wait()).map(|r| r.attr));
+        self.t.remember(&attr?, false);
         Ok(())
     }
 
@@ -714,9 +720,13 @@ impl SpillwayFs {
 
 impl Filesystem for SpillwayFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let wanted = InitFlags::FUSE_AUTO_INVAL_DATA
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_MAX_PAGES;
+        // Not FUSE_AUTO_INVAL_DATA: with it the kernel drops a file's page cache
+        // whenever a fresh GETATTR shows a new mtime, and every write of our own moves
+        // the mtime on the server, so a process reading back what it wrote (SQLite's
+        // page 1 at every transaction) would read from the servers each time. Another
+        // client's change is caught at open instead (`do_open` compares size and mtime
+        // with what the cache holds and invalidates): close-to-open, as promised.
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_MAX_PAGES;
         if let Err(missing) = config.add_capabilities(wanted) {
             tracing::warn!("kernel lacks FUSE capabilities {missing:?}");
         }
@@ -771,7 +781,7 @@ impl Filesystem for SpillwayFs {
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        if let Some((a, ttl)) = self.t.fresh_dir_attr(ino(i), self.tun.attr_ttl) {
+        if let Some((a, ttl)) = self.t.fresh_attr(ino(i), self.tun.attr_ttl) {
             return reply.attr(&ttl, &self.fuse_attr(&a));
         }
         self.reply_attr(reply, self.inst.getattr(ino(i)).map_err(gone));

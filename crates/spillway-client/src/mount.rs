@@ -110,14 +110,12 @@ fn set_readahead(mountpoint: &std::path::Path, bytes: u32) {
 fn mount_device(mountpoint: &std::path::Path) -> Option<String> {
     let want = std::fs::canonicalize(mountpoint).ok()?;
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines()
-        .filter_map(|line| {
-            let mut fields = line.split(' ');
-            let dev = fields.nth(2)?;
-            let at = fields.nth(1)?;
-            (std::path::Path::new(&unescape_mountinfo(at)) == want).then(|| dev.to_string())
-        })
-        .last()
+    info.lines().rev().find_map(|line| {
+        let mut fields = line.split(' ');
+        let dev = fields.nth(2)?;
+        let at = fields.nth(1)?;
+        (std::path::Path::new(&unescape_mountinfo(at)) == want).then(|| dev.to_string())
+    })
 }
 
 /// mountinfo writes space, tab, newline and backslash in paths as `\ooo` octal.

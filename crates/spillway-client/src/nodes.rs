@@ -152,6 +152,24 @@ impl Tables {
         Some((n.attr.clone(), left))
     }
 
+    /// The attributes of an inode to answer the kernel with, without asking its home:
+    /// a directory's as in `fresh_dir_attr`; a regular file's if it is open here and
+    /// nothing written here since the server's last answer is still unflushed (the
+    /// kernel drops its copy after every write, and a process that writes, fsyncs and
+    /// fstats, as SQLite does at every transaction, would otherwise cost a round trip
+    /// per fstat). `None`: ask the server.
+    pub fn fresh_attr(&self, ino: InodeNo, ttl: Duration) -> Option<(Attr, Duration)> {
+        let nodes = self.nodes();
+        let n = nodes.get(&ino)?;
+        match n.attr.kind {
+            spillway_types::FileKind::Directory => {}
+            spillway_types::FileKind::Regular if n.wb.as_ref().is_some_and(|w| !w.is_dirty()) => {}
+            _ => return None,
+        }
+        let left = ttl.checked_sub(n.fetched?.elapsed())?;
+        Some((n.attr.clone(), left))
+    }
+
     /// Forget that a node's attributes are current (a change to it may have failed
     /// half-way).
     pub fn stale(&self, ino: InodeNo) {
