@@ -107,10 +107,13 @@ impl MetaStore {
 
     /// Number of inodes homed here.
     pub fn inode_count(&self) -> StoreResult<u64> {
+        self.count("SELECT COUNT(*) FROM inodes")
+    }
+
+    /// The single number a `SELECT COUNT(*)` query answers.
+    fn count(&self, sql: &str) -> StoreResult<u64> {
         self.with(|c| {
-            let n: i64 = c
-                .prepare_cached("SELECT COUNT(*) FROM inodes")?
-                .query_row([], |r| r.get(0))?;
+            let n: i64 = c.prepare_cached(sql)?.query_row([], |r| r.get(0))?;
             Ok(n.max(0) as u64)
         })
     }

@@ -43,12 +43,7 @@ impl MetaStore {
 
     /// How many purges are still owed (for operators: `FragmentList`).
     pub fn purge_count(&self) -> StoreResult<u64> {
-        self.with(|c| {
-            let n: i64 = c
-                .prepare_cached("SELECT COUNT(*) FROM purges")?
-                .query_row([], |r| r.get(0))?;
-            Ok(n.max(0) as u64)
-        })
+        self.count("SELECT COUNT(*) FROM purges")
     }
 
     pub fn pending_purges(&self) -> StoreResult<Vec<PurgeRecord>> {
