@@ -25,7 +25,8 @@ use spillway_types::{Attr, Errno, InodeNo, ServerIndex, StripeIndex, Tunables};
 use spillway_wire::messages::WriteReq;
 use spillway_wire::OwnedCall;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 /// Reusable request buffers kept per file (a sequential writer cycles through them).
 const SPARE_BUFFERS: usize = 8;
@@ -44,6 +45,8 @@ pub struct WriteBack {
     /// Everything below. Held across the sends and the waits of one operation:
     /// writes to one file from this client are ordered anyway.
     st: Mutex<State>,
+    /// `State::end`, readable without the lock.
+    end: AtomicU64,
 }
 
 /// Bytes gathered for one write RPC: contiguous, within one stripe.
@@ -115,6 +118,7 @@ impl WriteBack {
             budget: tun.writeback_per_file.max(1 << 20),
             max_inflight: tun.writeback_inflight.max(1),
             chunk: tun.writeback_chunk.max(4096),
+            end: AtomicU64::new(attr.size),
             st: Mutex::new(st),
         }
     }
@@ -128,15 +132,29 @@ impl WriteBack {
     }
 
     /// The size this client has written up to (0 if it wrote nothing past `attr.size`).
+    /// Never waits: read from a copy kept outside the state lock, which a writer may
+    /// hold across a network wait.
     pub fn end(&self) -> u64 {
-        self.lock().end
+        self.end.load(Ordering::Acquire)
     }
 
     /// Whether anything written here may not be on the servers, or its size not at
-    /// the home, yet.
+    /// the home, yet. Never waits (callers hold the client's node table): an
+    /// operation in progress on the file counts as dirty.
     pub fn is_dirty(&self) -> bool {
-        let st = self.lock();
-        st.staged.is_some() || !st.inflight.is_empty() || st.size_stale
+        match self.st.try_lock() {
+            Ok(st) => st.staged.is_some() || !st.inflight.is_empty() || st.size_stale,
+            Err(TryLockError::Poisoned(p)) => {
+                let st = p.into_inner();
+                st.staged.is_some() || !st.inflight.is_empty() || st.size_stale
+            }
+            Err(TryLockError::WouldBlock) => true,
+        }
+    }
+
+    fn set_end(&self, st: &mut State, end: u64) {
+        st.end = end;
+        self.end.store(end, Ordering::Release);
     }
 
     /// Take one write: staged or sent, not waited for (unless the budget is spent).
@@ -159,7 +177,8 @@ impl WriteBack {
             }
             pos += n as usize;
         }
-        st.end = st.end.max(offset + data.len() as u64);
+        let end = st.end.max(offset + data.len() as u64);
+        self.set_end(&mut st, end);
         Ok(())
     }
 
@@ -375,15 +394,17 @@ impl WriteBack {
     /// The file was truncated to `size` (after a flush): forget what lay beyond.
     pub fn truncated(&self, size: u64) {
         let mut st = self.lock();
-        st.end = size;
+        self.set_end(&mut st, size);
         st.durable_size = None;
     }
 
     /// Someone else's size is now authoritative (after open found the file changed).
+    /// Never waits: if an operation holds the file, its own end stands.
     pub fn reset_end(&self, size: u64) {
-        let mut st = self.lock();
-        if st.staged.is_none() && st.inflight.is_empty() {
-            st.end = size;
+        if let Ok(mut st) = self.st.try_lock() {
+            if st.staged.is_none() && st.inflight.is_empty() {
+                self.set_end(&mut st, size);
+            }
         }
     }
 }
