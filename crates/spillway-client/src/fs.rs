@@ -257,6 +257,13 @@ impl SpillwayFs {
         }
     }
 
+    fn data(reply: ReplyData, r: R<Vec<u8>>) {
+        match r {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
     fn empty(reply: ReplyEmpty, r: R<()>) {
         match r {
             Ok(()) => reply.ok(),
@@ -844,10 +851,7 @@ impl Filesystem for SpillwayFs {
     }
 
     fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
-        match self.inst.read_link(ino(i)) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(fe(e)),
-        }
+        Self::data(reply, self.inst.read_link(ino(i)));
     }
 
     fn mknod(
@@ -983,10 +987,7 @@ impl Filesystem for SpillwayFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.do_read(ino(i), offset, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(fe(e)),
-        }
+        Self::data(reply, self.do_read(ino(i), offset, size));
     }
 
     fn write(

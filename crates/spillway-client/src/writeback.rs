@@ -55,6 +55,12 @@ struct Staged {
     data: Vec<u8>,
 }
 
+impl State {
+    fn dirty(&self) -> bool {
+        self.staged.is_some() || !self.inflight.is_empty() || self.size_stale
+    }
+}
+
 impl Staged {
     /// Take `bytes` at `offset` into this run if they overlap or extend it and the run
     /// stays within `chunk` bytes; newer bytes win.
@@ -143,11 +149,8 @@ impl WriteBack {
     /// operation in progress on the file counts as dirty.
     pub fn is_dirty(&self) -> bool {
         match self.st.try_lock() {
-            Ok(st) => st.staged.is_some() || !st.inflight.is_empty() || st.size_stale,
-            Err(TryLockError::Poisoned(p)) => {
-                let st = p.into_inner();
-                st.staged.is_some() || !st.inflight.is_empty() || st.size_stale
-            }
+            Ok(st) => st.dirty(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().dirty(),
             Err(TryLockError::WouldBlock) => true,
         }
     }

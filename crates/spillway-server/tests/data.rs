@@ -336,17 +336,7 @@ fn a_purge_completes_when_a_peer_fragment_is_gone() {
             delta: -1,
         })
         .unwrap();
-    // The server holds its database exclusively: ask it, as an operator would.
-    let pending = || {
-        c.nodes[0]
-            .admin()
-            .call(&spillway_wire::FragmentListReq {})
-            .unwrap()
-            .fragments
-            .iter()
-            .find(|f| f.instance == INSTANCE)
-            .map_or(0, |f| f.pending_purges)
-    };
+    let pending = || c.nodes[0].pending_purges();
     assert!(
         eventually(Duration::from_secs(10), || pending() == 0),
         "nothing left to purge on a destroyed fragment"

@@ -140,16 +140,7 @@ fn purges_owed_to_a_down_server_complete_when_it_returns() {
         "the retried purge reached server 1"
     );
     assert_eq!(c.at(1).call(&StatFsReq {}).unwrap().used, 0);
-    let pending = || {
-        c.nodes[0]
-            .admin()
-            .call(&spillway_wire::FragmentListReq {})
-            .unwrap()
-            .fragments
-            .iter()
-            .find(|f| f.instance == INSTANCE)
-            .map_or(0, |f| f.pending_purges)
-    };
+    let pending = || c.nodes[0].pending_purges();
     assert!(
         eventually(Duration::from_secs(10), || pending() == 0),
         "purge log emptied"

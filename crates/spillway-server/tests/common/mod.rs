@@ -88,6 +88,18 @@ impl Node {
     pub fn admin(&self) -> Endpoint {
         endpoint(self.addr, hello(role::ADMIN, 0, &admin_key(&self.root)))
     }
+
+    /// Purges of the test instance this server still owes, as an operator sees them
+    /// (the server holds its database exclusively: nobody else may open it).
+    pub fn pending_purges(&self) -> u64 {
+        self.admin()
+            .call(&spillway_wire::FragmentListReq {})
+            .unwrap()
+            .fragments
+            .iter()
+            .find(|f| f.instance == INSTANCE)
+            .map_or(0, |f| f.pending_purges)
+    }
 }
 
 /// An instance spread over `n` servers, with one client connection per server.
