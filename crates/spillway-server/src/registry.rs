@@ -4,7 +4,7 @@
 use crate::error::{fs, StoreResult};
 use crate::fragment::{Fragment, FragmentEnv};
 use spillway_types::Errno;
-use spillway_wire::{FragmentCreateReq, FragmentInfo};
+use spillway_wire::{FragmentCreateReq, FragmentInfo, ServerStatusReply};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -142,6 +142,25 @@ impl Registry {
         }
         out.sort_by_key(|i| i.instance);
         Ok(out)
+    }
+
+    /// The storage behind this server's root, for the manager's heartbeat.
+    pub fn status(&self) -> StoreResult<ServerStatusReply> {
+        let path = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| fs(Errno::EINVAL))?;
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: path is NUL-terminated and st is a valid out-pointer.
+        if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+            return Err(fs(Errno::from_io(&std::io::Error::last_os_error())));
+        }
+        let frsize = st.f_frsize as u64;
+        let fragments = self.all();
+        Ok(ServerStatusReply {
+            capacity: (st.f_blocks as u64).saturating_mul(frsize),
+            free: (st.f_bavail as u64).saturating_mul(frsize),
+            allocated: fragments.iter().map(|f| f.config.capacity).sum(),
+            fragments: fragments.len() as u32,
+        })
     }
 
     /// Close every fragment (server stopping).

@@ -114,6 +114,18 @@ wire_struct!(FragmentInfo {
     pending_purges: u64,
 });
 wire_struct!(FragmentListReply { fragments: Vec<FragmentInfo> });
+wire_struct!(ServerStatusReq {});
+// A server's storage as the manager's heartbeat sees it.
+wire_struct!(ServerStatusReply {
+    /// Bytes the server offers: the file system holding its root (or less, if the
+    /// server was started with a capacity limit).
+    capacity: u64,
+    /// Bytes free on that file system.
+    free: u64,
+    /// Sum of the capacities of the fragments it holds.
+    allocated: u64,
+    fragments: u32,
+});
 
 // ---- metadata ---------------------------------------------------------------------
 wire_struct!(EntryRef {
@@ -311,6 +323,7 @@ calls! {
     10 FragmentCreateReq -> Empty, true;
     11 FragmentDestroyReq -> Empty, true;
     12 FragmentListReq -> FragmentListReply, true;
+    13 ServerStatusReq -> ServerStatusReply, true;
     20 LookupReq -> LookupReply, true;
     21 GetAttrReq -> AttrReply, true;
     22 SetAttrReq -> AttrReply, true;

@@ -21,6 +21,7 @@ pub fn admin(registry: &Registry, req: Request) -> StoreResult<Reply> {
         Request::FragmentListReq(_) => Ok(Reply::of(&FragmentListReply {
             fragments: registry.list()?,
         })),
+        Request::ServerStatusReq(_) => Ok(Reply::of(&registry.status()?)),
         // Admin sessions hold no instance: no metadata or data requests.
         _ => Err(fs(Errno::EPERM)),
     }
@@ -38,7 +39,8 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
         Request::HelloReq(_) => return Err(fs(Errno::EPROTO)),
         Request::FragmentCreateReq(_)
         | Request::FragmentDestroyReq(_)
-        | Request::FragmentListReq(_) => {
+        | Request::FragmentListReq(_)
+        | Request::ServerStatusReq(_) => {
             return Err(fs(Errno::EPERM));
         }
         // ---- metadata

@@ -1,0 +1,152 @@
+//! The agents' side of the API (admin identity only: agents run as root): a long poll
+//! for the mounts their node must hold, and reports of what they did.
+
+use super::{ApiErr, AppState};
+use crate::db::{unmount_item, MountWork};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use spillway_api::{AgentHello, AgentMount, AgentReport, AgentWork, Goal};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+fn check_node(node: &str) -> Result<(), ApiErr> {
+    let ok = !node.is_empty()
+        && node.len() <= 64
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiErr::bad(format!("invalid node name {node:?}")))
+    }
+}
+
+fn agent_only(c: &crate::auth::Caller) -> Result<(), ApiErr> {
+    if c.admin {
+        Ok(())
+    } else {
+        Err(ApiErr::forbidden(
+            "agent calls need an admin identity (agents run as root)",
+        ))
+    }
+}
+
+pub async fn hello(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(node): Path<String>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    b: Result<Json<AgentHello>, JsonRejection>,
+) -> Result<Json<Value>, ApiErr> {
+    check_node(&node)?;
+    let hello = b
+        .map(|Json(t)| t)
+        .map_err(|e| ApiErr::from_json(&e.body_text()))?;
+    let mut addrs = Vec::new();
+    for a in &hello.addresses {
+        let ip: std::net::IpAddr = a
+            .parse()
+            .map_err(|_| ApiErr::bad(format!("{a:?} is not an IP address")))?;
+        addrs.push(ip.to_string());
+    }
+    if addrs.is_empty() {
+        addrs.push(peer.ip().to_canonical().to_string());
+    }
+    st.run(&h, true, move |c, db| {
+        agent_only(c)?;
+        db.agent_hello(&node, &addrs)?;
+        Ok(Json(json!({"node": node, "addresses": addrs})))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkQuery {
+    /// The version of the agent's last answer: wait until something changes.
+    version: Option<u64>,
+    /// Longest wait, seconds.
+    wait: Option<u64>,
+}
+
+pub async fn work(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(node): Path<String>,
+    q: Result<Query<WorkQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<AgentWork>, ApiErr> {
+    check_node(&node)?;
+    let Query(q) = q.map_err(|e| ApiErr::bad(e.body_text()))?;
+    // Authenticate before waiting, so an unauthenticated caller cannot hold a request.
+    st.run(&h, false, |c, _| agent_only(c)).await?;
+    let mut rx = st.version.subscribe();
+    if let Some(v) = q.version {
+        if *rx.borrow_and_update() == v {
+            let wait = Duration::from_secs(q.wait.unwrap_or(0)).min(st.cfg.agent_wait_max);
+            let _ = tokio::time::timeout(wait, rx.changed()).await;
+        }
+    }
+    let version = *rx.borrow();
+    let lifetime = st.cfg.capability_lifetime;
+    let db = st.db.clone();
+    let mounts = tokio::task::spawn_blocking(move || -> Result<Vec<AgentMount>, ApiErr> {
+        let db = db.lock().unwrap_or_else(|e| e.into_inner());
+        let addrs = db.agent_addresses(&node)?;
+        let work = db.mount_work(&node)?;
+        Ok(work
+            .iter()
+            .map(|w| describe(w, &node, &addrs, lifetime))
+            .collect())
+    })
+    .await
+    .map_err(|e| ApiErr::internal(e.to_string()))??;
+    Ok(Json(AgentWork { version, mounts }))
+}
+
+/// The agent's item for one activation: for a mount, the descriptor with a capability
+/// for this node.
+fn describe(w: &MountWork, node: &str, addrs: &[String], lifetime: Duration) -> AgentMount {
+    if w.goal == Goal::Destroy {
+        return unmount_item(w);
+    }
+    let credential = crate::capability::credential(w, node, addrs, lifetime);
+    let d = spillway_types::InstanceDescriptor {
+        instance: w.instance,
+        servers: w.servers.clone(),
+        capacity: w.capacity,
+        stripe_size: w.stripe_size,
+        credential,
+    };
+    AgentMount {
+        activation: w.activation,
+        goal: w.goal,
+        mount: w.mount.clone(),
+        descriptor: Some(d.to_json()),
+    }
+}
+
+pub async fn report(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(node): Path<String>,
+    b: Result<Json<AgentReport>, JsonRejection>,
+) -> Result<Json<Value>, ApiErr> {
+    check_node(&node)?;
+    let r = b
+        .map(|Json(t)| t)
+        .map_err(|e| ApiErr::from_json(&e.body_text()))?;
+    st.run(&h, true, move |c, db| {
+        agent_only(c)?;
+        if r.status == "failed" {
+            tracing::warn!(node, activation = r.activation, error = ?r.error, "mount failed");
+        }
+        let known = db.agent_report(&node, &r)?;
+        Ok(Json(json!({"recorded": known})))
+    })
+    .await
+}

@@ -1,0 +1,148 @@
+//! The REST API under `/dw/v1/`: where every control-plane request enters. Handlers are
+//! thin: authenticate, run one database change or read on a blocking thread, wake the
+//! reconcile loop after a change. Nothing here waits on a storage server.
+//!
+//! * `error`  — JSON errors and status codes.
+//! * `routes` — one handler per resource and verb.
+//! * `agents` — the agents' long-poll for work and their reports.
+
+mod agents;
+mod error;
+mod routes;
+
+pub use error::ApiErr;
+
+use crate::auth::{Auth, Caller};
+use crate::config::ManagerConfig;
+use crate::db::Db;
+use axum::http::HeaderMap;
+use axum::routing::{get, put};
+use axum::Router;
+use std::sync::{mpsc, Arc, Mutex};
+use tokio::sync::watch;
+
+/// The OpenAPI document, kept in the repository and served as is.
+pub const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
+
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Arc<Mutex<Db>>,
+    pub auth: Arc<Auth>,
+    pub cfg: Arc<ManagerConfig>,
+    /// Bumped on every change agents or waiting clients could care about.
+    pub version: Arc<watch::Sender<u64>>,
+    /// Wakes the reconcile loop.
+    pub kick: Arc<Mutex<mpsc::Sender<()>>>,
+}
+
+impl AppState {
+    pub fn changed(&self) {
+        self.version.send_modify(|v| *v += 1);
+        if let Ok(k) = self.kick.lock() {
+            let _ = k.send(());
+        }
+    }
+
+    /// Authenticate and run `f` with the database on a blocking thread (munged and
+    /// SQLite both block). `mutates`: wake the reconcile loop and agents afterwards.
+    pub async fn run<T, F>(&self, headers: &HeaderMap, mutates: bool, f: F) -> Result<T, ApiErr>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Caller, &mut Db) -> Result<T, ApiErr> + Send + 'static,
+    {
+        let header = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .map(|h| {
+                h.to_str()
+                    .map(String::from)
+                    .map_err(|_| ApiErr::bad("Authorization is not text"))
+            })
+            .transpose()?;
+        let st = self.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            let caller = st
+                .auth
+                .caller(header.as_deref())
+                .map_err(|e| ApiErr::new(axum::http::StatusCode::UNAUTHORIZED, e))?;
+            let mut db = st.db.lock().unwrap_or_else(|e| e.into_inner());
+            f(&caller, &mut db)
+        })
+        .await
+        .map_err(|e| ApiErr::internal(format!("request handler failed: {e}")))?;
+        if mutates && out.is_ok() {
+            self.changed();
+        }
+        out
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    use routes::*;
+    Router::new()
+        .route("/dw", get(versions))
+        .route("/dw/", get(versions))
+        .route("/dw/v1", get(resources))
+        .route("/dw/v1/", get(resources))
+        .route("/dw/v1/openapi.json", get(openapi))
+        .route("/dw/v1/pools", get(list_pools).post(create_pool))
+        .route("/dw/v1/pools/{id}", get(get_pool).delete(delete_pool))
+        .route("/dw/v1/nodes", get(list_nodes).post(create_node))
+        .route(
+            "/dw/v1/nodes/{id}",
+            get(get_node).patch(update_node).delete(delete_node),
+        )
+        .route("/dw/v1/sessions", get(list_sessions).post(create_session))
+        .route(
+            "/dw/v1/sessions/{id}",
+            get(get_session)
+                .patch(update_session)
+                .delete(delete_session),
+        )
+        .route(
+            "/dw/v1/instances",
+            get(list_instances).post(create_instance),
+        )
+        .route(
+            "/dw/v1/instances/{id}",
+            get(get_instance).delete(delete_instance),
+        )
+        .route("/dw/v1/fragments", get(list_fragments))
+        .route("/dw/v1/fragments/{id}", get(get_fragment))
+        .route(
+            "/dw/v1/configurations",
+            get(list_configurations).post(create_configuration),
+        )
+        .route(
+            "/dw/v1/configurations/{id}",
+            get(get_configuration).delete(delete_configuration),
+        )
+        .route(
+            "/dw/v1/activations",
+            get(list_activations).post(create_activation),
+        )
+        .route(
+            "/dw/v1/activations/{id}",
+            get(get_activation).delete(delete_activation),
+        )
+        .route("/dw/v1/agents/{node}", put(agents::hello))
+        .route("/dw/v1/agents/{node}/work", get(agents::work))
+        .route(
+            "/dw/v1/agents/{node}/reports",
+            axum::routing::post(agents::report),
+        )
+        .fallback(fallback)
+        .with_state(state)
+}
+
+async fn fallback(method: axum::http::Method, uri: axum::http::Uri) -> ApiErr {
+    ApiErr::new(
+        axum::http::StatusCode::NOT_FOUND,
+        format!("no such resource: {method} {}", uri.path()),
+    )
+}
+
+/// A numeric id from the path.
+pub fn parse_id(s: &str) -> Result<u64, ApiErr> {
+    s.parse::<u64>()
+        .map_err(|_| ApiErr::bad(format!("{s:?} is not a numeric id")))
+}

@@ -1,0 +1,431 @@
+//! One handler per resource and verb. Reads are filtered by who asks (the database's
+//! `Viewer`); pools and nodes change only by admins; everything else by its owner or an
+//! admin.
+
+use super::{parse_id, ApiErr, AppState};
+use crate::db::NewInstancePlan;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::{json, Value};
+use spillway_api::*;
+
+type Res<T> = Result<Json<T>, ApiErr>;
+
+fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiErr> {
+    b.map(|Json(t)| t)
+        .map_err(|e| ApiErr::from_json(&e.body_text()))
+}
+
+fn admin_only(c: &crate::auth::Caller, what: &str) -> Result<(), ApiErr> {
+    if c.admin {
+        Ok(())
+    } else {
+        Err(ApiErr::forbidden(format!(
+            "{what} needs an admin (uid {} is not one)",
+            c.uid
+        )))
+    }
+}
+
+pub async fn versions() -> Json<Value> {
+    Json(json!({"versions": [{"id": "v1", "url": "/dw/v1/"}]}))
+}
+
+pub async fn resources() -> Json<Value> {
+    Json(
+        json!({"resources": ["pools", "nodes", "sessions", "instances", "fragments",
+        "configurations", "activations"], "openapi": "/dw/v1/openapi.json"}),
+    )
+}
+
+pub async fn openapi() -> impl IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        super::OPENAPI,
+    )
+}
+
+// ------------------------------------------------------------------ pools
+pub async fn list_pools(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+    st.run(&h, false, |_, db| Ok(Json(json!({"pools": db.pools()?}))))
+        .await
+}
+
+pub async fn get_pool(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Res<Pool> {
+    st.run(&h, false, move |_, db| Ok(Json(db.pool(&id)?)))
+        .await
+}
+
+pub async fn create_pool(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    b: Result<Json<NewPool>, JsonRejection>,
+) -> Result<(StatusCode, Json<Pool>), ApiErr> {
+    let p = body(b)?;
+    st.run(&h, true, move |c, db| {
+        admin_only(c, "creating a pool")?;
+        Ok((StatusCode::CREATED, Json(db.create_pool(&p)?)))
+    })
+    .await
+}
+
+pub async fn delete_pool(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Res<Value> {
+    st.run(&h, true, move |c, db| {
+        admin_only(c, "removing a pool")?;
+        db.delete_pool(&id)?;
+        Ok(Json(json!({"deleted": id})))
+    })
+    .await
+}
+
+// ------------------------------------------------------------------ nodes
+pub async fn list_nodes(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+    st.run(&h, false, |_, db| Ok(Json(json!({"nodes": db.nodes()?}))))
+        .await
+}
+
+pub async fn get_node(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Res<Node> {
+    st.run(&h, false, move |_, db| Ok(Json(db.node(&id)?)))
+        .await
+}
+
+pub async fn create_node(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    b: Result<Json<NewNode>, JsonRejection>,
+) -> Result<(StatusCode, Json<Node>), ApiErr> {
+    let n = body(b)?;
+    st.run(&h, true, move |c, db| {
+        admin_only(c, "registering a node")?;
+        Ok((StatusCode::CREATED, Json(db.create_node(&n)?)))
+    })
+    .await
+}
+
+pub async fn update_node(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    b: Result<Json<NodeUpdate>, JsonRejection>,
+) -> Res<Node> {
+    let u = body(b)?;
+    st.run(&h, true, move |c, db| {
+        admin_only(c, "changing a node")?;
+        Ok(Json(db.update_node(&id, &u)?))
+    })
+    .await
+}
+
+pub async fn delete_node(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Res<Value> {
+    st.run(&h, true, move |c, db| {
+        admin_only(c, "removing a node")?;
+        db.delete_node(&id)?;
+        Ok(Json(json!({"deleted": id})))
+    })
+    .await
+}
+
+// ------------------------------------------------------------------ sessions
+pub async fn list_sessions(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+    st.run(&h, false, |c, db| {
+        Ok(Json(json!({"sessions": db.sessions(c.viewer(), None)?})))
+    })
+    .await
+}
+
+pub async fn get_session(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Res<Session> {
+    let id = parse_id(&id)?;
+    st.run(&h, false, move |c, db| {
+        Ok(Json(db.session(c.viewer(), id)?))
+    })
+    .await
+}
+
+pub async fn create_session(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    b: Result<Json<NewSession>, JsonRejection>,
+) -> Result<(StatusCode, Json<Session>), ApiErr> {
+    let s = body(b)?;
+    st.run(&h, true, move |c, db| {
+        // Numeric tokens name job sessions; only the workload manager (an admin) makes them.
+        if !c.admin && s.token.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ApiErr::forbidden(format!(
+                "token {:?}: numeric tokens are reserved for jobs",
+                s.token
+            )));
+        }
+        Ok((
+            StatusCode::CREATED,
+            Json(db.create_session(c.viewer(), c.uid, &s)?),
+        ))
+    })
+    .await
+}
+
+pub async fn update_session(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    b: Result<Json<SessionUpdate>, JsonRejection>,
+) -> Res<Session> {
+    let id = parse_id(&id)?;
+    let u = body(b)?;
+    st.run(&h, true, move |c, db| {
+        if u.replace_fuse == Some(true) {
+            admin_only(c, "replacing a fuse")?;
+        }
+        Ok(Json(db.update_session(c.viewer(), id, &u)?))
+    })
+    .await
+}
+
+pub async fn delete_session(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Session>), ApiErr> {
+    let id = parse_id(&id)?;
+    st.run(&h, true, move |c, db| {
+        Ok((
+            StatusCode::ACCEPTED,
+            Json(db.destroy_session(c.viewer(), id)?),
+        ))
+    })
+    .await
+}
+
+// ------------------------------------------------------------------ instances
+pub async fn list_instances(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+    st.run(&h, false, |c, db| {
+        Ok(Json(json!({"instances": db.instances(c.viewer(), None)?})))
+    })
+    .await
+}
+
+pub async fn get_instance(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Res<Instance> {
+    let id = parse_id(&id)?;
+    st.run(&h, false, move |c, db| {
+        Ok(Json(db.instance(c.viewer(), id)?))
+    })
+    .await
+}
+
+pub async fn create_instance(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    b: Result<Json<NewInstance>, JsonRejection>,
+) -> Result<(StatusCode, Json<Instance>), ApiErr> {
+    let req = body(b)?;
+    let cfg = st.cfg.clone();
+    st.run(&h, true, move |c, db| {
+        let pool = match req.pool.clone().or_else(|| cfg.default_pool.clone()) {
+            Some(p) => p,
+            None => {
+                let pools = db.pools()?;
+                match pools.as_slice() {
+                    [only] => only.id.clone(),
+                    [] => return Err(ApiErr::new(StatusCode::CONFLICT, "no pool exists")),
+                    _ => {
+                        return Err(ApiErr {
+                            status: StatusCode::BAD_REQUEST,
+                            message: "several pools exist and no default is configured: name one"
+                                .into(),
+                            choices: Some(pools.into_iter().map(|p| p.id).collect()),
+                        })
+                    }
+                }
+            }
+        };
+        let stripe_size = req.stripe_size.unwrap_or(cfg.stripe_size);
+        if stripe_size == 0
+            || !stripe_size.is_multiple_of(4096)
+            || stripe_size > spillway_types::tunables::MAX_STRIPE_SIZE
+        {
+            return Err(ApiErr::bad(format!(
+                "stripe_size {stripe_size}: a multiple of 4096 up to {}",
+                spillway_types::tunables::MAX_STRIPE_SIZE
+            )));
+        }
+        let secret = crate::random_secret().map_err(ApiErr::internal)?;
+        let plan = NewInstancePlan {
+            policy: req.policy.unwrap_or(cfg.policy),
+            req,
+            pool,
+            stripe_size,
+            secret,
+        };
+        Ok((
+            StatusCode::CREATED,
+            Json(db.create_instance(c.viewer(), &plan)?),
+        ))
+    })
+    .await
+}
+
+pub async fn delete_instance(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Instance>), ApiErr> {
+    let id = parse_id(&id)?;
+    st.run(&h, true, move |c, db| {
+        Ok((
+            StatusCode::ACCEPTED,
+            Json(db.destroy_instance(c.viewer(), id)?),
+        ))
+    })
+    .await
+}
+
+// ------------------------------------------------------------------ fragments
+pub async fn list_fragments(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+    st.run(&h, false, |c, db| {
+        Ok(Json(json!({"fragments": db.fragments(c.viewer(), None)?})))
+    })
+    .await
+}
+
+pub async fn get_fragment(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Res<Fragment> {
+    let id = parse_id(&id)?;
+    st.run(&h, false, move |c, db| {
+        Ok(Json(db.fragment(c.viewer(), id)?))
+    })
+    .await
+}
+
+// ------------------------------------------------------------------ configurations
+pub async fn list_configurations(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+    st.run(&h, false, |c, db| {
+        Ok(Json(
+            json!({"configurations": db.configurations(c.viewer(), None)?}),
+        ))
+    })
+    .await
+}
+
+pub async fn get_configuration(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Res<Configuration> {
+    let id = parse_id(&id)?;
+    st.run(&h, false, move |c, db| {
+        Ok(Json(db.configuration(c.viewer(), id)?))
+    })
+    .await
+}
+
+pub async fn create_configuration(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    b: Result<Json<NewConfiguration>, JsonRejection>,
+) -> Result<(StatusCode, Json<Configuration>), ApiErr> {
+    let req = body(b)?;
+    st.run(&h, true, move |c, db| {
+        Ok((
+            StatusCode::CREATED,
+            Json(db.create_configuration(c.viewer(), &req)?),
+        ))
+    })
+    .await
+}
+
+pub async fn delete_configuration(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Configuration>), ApiErr> {
+    let id = parse_id(&id)?;
+    st.run(&h, true, move |c, db| {
+        Ok((
+            StatusCode::ACCEPTED,
+            Json(db.destroy_configuration(c.viewer(), id)?),
+        ))
+    })
+    .await
+}
+
+// ------------------------------------------------------------------ activations
+pub async fn list_activations(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+    st.run(&h, false, |c, db| {
+        Ok(Json(
+            json!({"activations": db.activations(c.viewer(), None)?}),
+        ))
+    })
+    .await
+}
+
+pub async fn get_activation(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Res<Activation> {
+    let id = parse_id(&id)?;
+    st.run(&h, false, move |c, db| {
+        Ok(Json(db.activation(c.viewer(), id)?))
+    })
+    .await
+}
+
+pub async fn create_activation(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    b: Result<Json<NewActivation>, JsonRejection>,
+) -> Result<(StatusCode, Json<Activation>), ApiErr> {
+    let req = body(b)?;
+    let root = st.cfg.mount_root.clone();
+    st.run(&h, true, move |c, db| {
+        Ok((
+            StatusCode::CREATED,
+            Json(db.create_activation(c.viewer(), &req, &root)?),
+        ))
+    })
+    .await
+}
+
+pub async fn delete_activation(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Activation>), ApiErr> {
+    let id = parse_id(&id)?;
+    st.run(&h, true, move |c, db| {
+        Ok((
+            StatusCode::ACCEPTED,
+            Json(db.destroy_activation(c.viewer(), id)?),
+        ))
+    })
+    .await
+}

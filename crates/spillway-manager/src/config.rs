@@ -1,0 +1,178 @@
+//! Every setting of the manager, in one `key = value` file, with defaults and reasons.
+
+use spillway_api::config;
+use spillway_api::size::parse_size;
+use spillway_api::Policy;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct ManagerConfig {
+    /// HTTPS address, e.g. `0.0.0.0:8443`.
+    pub listen: String,
+    /// Directory of the SQLite database (`manager.db`).
+    pub state_dir: PathBuf,
+    /// PEM certificate chain and private key the manager serves.
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    /// Members of this group (and root) are admins.
+    pub admin_group: Option<String>,
+    /// Placement policy when a request names none.
+    pub policy: Policy,
+    /// Pool when a request names none (default: the only pool, if there is one).
+    pub default_pool: Option<String>,
+    /// Stripe size of new files when an instance request names none.
+    pub stripe_size: u32,
+    /// Default mount points go below this; users may mount only below it.
+    pub mount_root: String,
+    /// How long a data-path capability is valid; agents renew at half-life.
+    pub capability_lifetime: Duration,
+    /// Servers are probed this often; after `node_timeout` without answer they are
+    /// offline (not allocated to, instances on them not intact).
+    pub heartbeat_interval: Duration,
+    pub node_timeout: Duration,
+    /// munged's socket (None: libmunge's default).
+    pub munge_socket: Option<PathBuf>,
+    /// Longest an agent's work request waits for a change.
+    pub agent_wait_max: Duration,
+}
+
+pub const KEYS: &[&str] = &[
+    "listen",
+    "state_dir",
+    "tls_cert",
+    "tls_key",
+    "admin_group",
+    "policy",
+    "default_pool",
+    "stripe_size",
+    "mount_root",
+    "capability_lifetime",
+    "heartbeat_interval",
+    "node_timeout",
+    "munge_socket",
+    "agent_wait_max",
+];
+
+fn secs(k: &str, v: &str) -> Result<Duration, String> {
+    let t = v.trim();
+    let (n, mult) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600)
+    } else if let Some(n) = t.strip_suffix('d') {
+        (n, 86400)
+    } else {
+        (t, 1)
+    };
+    let n: u64 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("{k}: not a duration: {v:?} (e.g. 500ms, 5s, 10m, 24h)"))?;
+    Ok(if mult == 0 {
+        Duration::from_millis(n)
+    } else {
+        Duration::from_secs(n.saturating_mul(mult))
+    })
+}
+
+impl ManagerConfig {
+    pub fn load(path: &Path) -> Result<ManagerConfig, String> {
+        let m = config::read(path, KEYS)?;
+        let get = |k: &str| m.get(k).map(String::as_str);
+        let need = |k: &str| get(k).ok_or_else(|| format!("{}: {k} is not set", path.display()));
+        let state_dir = PathBuf::from(need("state_dir")?);
+        let c = ManagerConfig {
+            listen: need("listen")?.to_string(),
+            tls_cert: get("tls_cert")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| state_dir.join("tls/manager.pem")),
+            tls_key: get("tls_key")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| state_dir.join("tls/manager.key")),
+            state_dir,
+            admin_group: get("admin_group")
+                .filter(|s| !s.is_empty())
+                .map(String::from),
+            policy: match get("policy") {
+                None => Policy::Bandwidth,
+                Some(p) => Policy::parse(p)
+                    .ok_or_else(|| format!("policy: {p:?} is not bandwidth or isolation"))?,
+            },
+            default_pool: get("default_pool")
+                .filter(|s| !s.is_empty())
+                .map(String::from),
+            stripe_size: match get("stripe_size") {
+                None => spillway_types::tunables::DEFAULT_STRIPE_SIZE,
+                Some(s) => {
+                    let n = parse_size(s).map_err(|e| format!("stripe_size: {e}"))?;
+                    u32::try_from(n)
+                        .ok()
+                        .filter(|n| {
+                            *n > 0
+                                && n.is_multiple_of(4096)
+                                && *n <= spillway_types::tunables::MAX_STRIPE_SIZE
+                        })
+                        .ok_or("stripe_size: a multiple of 4KiB up to 64MiB")?
+                }
+            },
+            mount_root: get("mount_root")
+                .unwrap_or("/var/opt/spillway/mounts")
+                .trim_end_matches('/')
+                .to_string(),
+            capability_lifetime: get("capability_lifetime")
+                .map(|v| secs("capability_lifetime", v))
+                .transpose()?
+                .unwrap_or(Duration::from_secs(86400)),
+            heartbeat_interval: get("heartbeat_interval")
+                .map(|v| secs("heartbeat_interval", v))
+                .transpose()?
+                .unwrap_or(Duration::from_secs(2)),
+            node_timeout: get("node_timeout")
+                .map(|v| secs("node_timeout", v))
+                .transpose()?
+                .unwrap_or(Duration::from_secs(10)),
+            munge_socket: get("munge_socket").map(PathBuf::from),
+            agent_wait_max: get("agent_wait_max")
+                .map(|v| secs("agent_wait_max", v))
+                .transpose()?
+                .unwrap_or(Duration::from_secs(25)),
+        };
+        if !c.mount_root.starts_with('/') {
+            return Err(format!("mount_root must be absolute: {}", c.mount_root));
+        }
+        if c.capability_lifetime < Duration::from_secs(60) {
+            return Err("capability_lifetime: at least 60s".into());
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(secs("k", "500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(secs("k", "5").unwrap(), Duration::from_secs(5));
+        assert_eq!(secs("k", "2h").unwrap(), Duration::from_secs(7200));
+        assert!(secs("k", "fast").is_err());
+    }
+
+    #[test]
+    fn loads_with_defaults() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.conf");
+        std::fs::write(&p, "listen = 127.0.0.1:1\nstate_dir = /x\n").unwrap();
+        let c = ManagerConfig::load(&p).unwrap();
+        assert_eq!(c.tls_cert, PathBuf::from("/x/tls/manager.pem"));
+        assert_eq!(c.policy, Policy::Bandwidth);
+        std::fs::write(&p, "listen = a\nstate_dir = /x\npolicy = fast\n").unwrap();
+        assert!(ManagerConfig::load(&p).unwrap_err().contains("policy"));
+    }
+}

@@ -1,0 +1,726 @@
+//! Changes asked for through the API: creates, updates and destroy goals. Each runs in
+//! one transaction, checks who may do it, and leaves the servers' and agents' work to
+//! the reconcile loop (nothing here waits on a server).
+
+use super::views::NODE_CAPACITY;
+use super::{now, Db, DbError, DbResult, Viewer};
+use crate::alloc::{self, Candidate};
+use rusqlite::{params, OptionalExtension, Transaction};
+use spillway_api::*;
+
+/// Everything the API layer decided for a new instance besides the request itself.
+pub struct NewInstancePlan {
+    pub req: NewInstance,
+    pub pool: String,
+    pub policy: Policy,
+    pub stripe_size: u32,
+    /// The instance secret (capabilities are signed with it; peers present it).
+    pub secret: Vec<u8>,
+}
+
+fn check_name(what: &str, s: &str) -> DbResult<()> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        && !s.starts_with('.')
+        && !s.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(DbError::Invalid(format!(
+            "invalid {what} {s:?}: 1 to 64 characters of A-Z a-z 0-9 _ . - (not starting with . or -)"
+        )))
+    }
+}
+
+/// The session's owner, or NotFound / Forbidden for a viewer who may not change it.
+fn owned_session(tx: &Transaction, v: Viewer, id: u64) -> DbResult<(u32, String)> {
+    let row: Option<(i64, String)> = tx
+        .query_row(
+            "SELECT owner, goal FROM sessions WHERE id = ?1",
+            [id as i64],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let (owner, goal) = row.ok_or_else(|| DbError::NotFound(format!("no session {id}")))?;
+    if let Viewer::User(uid) = v {
+        if owner as u32 != uid {
+            return Err(DbError::Forbidden(format!(
+                "session {id} belongs to uid {owner}"
+            )));
+        }
+    }
+    Ok((owner as u32, goal))
+}
+
+fn bump_failures_reset(
+    tx: &Transaction,
+    table: &str,
+    cond: &str,
+    arg: &dyn rusqlite::ToSql,
+) -> DbResult<()> {
+    tx.execute(
+        &format!("UPDATE {table} SET failures = 0, last_error = NULL WHERE {cond}"),
+        [arg],
+    )?;
+    Ok(())
+}
+
+impl Db {
+    // ---------------------------------------------------------------- pools
+    pub fn create_pool(&mut self, p: &NewPool) -> DbResult<Pool> {
+        check_name("pool name", &p.id)?;
+        if p.granularity == 0 || p.granularity > i64::MAX as u64 {
+            return Err(DbError::Invalid(
+                "granularity must be at least 1 byte".into(),
+            ));
+        }
+        let units = p.units.clone().unwrap_or_else(|| "bytes".into());
+        if units != "bytes" {
+            return Err(DbError::Invalid(format!(
+                "units {units:?} not supported (only \"bytes\")"
+            )));
+        }
+        let n = self.conn().execute(
+            "INSERT OR IGNORE INTO pools(id, units, granularity, created) VALUES (?1, ?2, ?3, ?4)",
+            params![p.id, units, p.granularity as i64, now()],
+        )?;
+        if n == 0 {
+            return Err(DbError::Conflict(format!("pool {:?} exists", p.id)));
+        }
+        self.pool(&p.id)
+    }
+
+    pub fn delete_pool(&mut self, id: &str) -> DbResult<()> {
+        let tx = self.conn_mut().transaction()?;
+        let exists: bool = tx.query_row("SELECT COUNT(*) FROM pools WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })?;
+        if !exists {
+            return Err(DbError::NotFound(format!("no pool {id:?}")));
+        }
+        let nodes: i64 = tx.query_row("SELECT COUNT(*) FROM nodes WHERE pool = ?1", [id], |r| {
+            r.get(0)
+        })?;
+        let insts: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM instances WHERE pool = ?1",
+            [id],
+            |r| r.get(0),
+        )?;
+        if nodes > 0 || insts > 0 {
+            return Err(DbError::Conflict(format!(
+                "pool {id:?} still has {nodes} node(s) and {insts} instance(s)"
+            )));
+        }
+        tx.execute("DELETE FROM pools WHERE id = ?1", [id])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- nodes
+    pub fn create_node(&mut self, n: &NewNode) -> DbResult<Node> {
+        check_name("node name", &n.id)?;
+        check_address(&n.address)?;
+        let tx = self.conn_mut().transaction()?;
+        if let Some(p) = &n.pool {
+            pool_exists(&tx, p)?;
+        }
+        let ins = tx.execute(
+            "INSERT OR IGNORE INTO nodes(id, address, pool, capacity_limit, created)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                n.id,
+                n.address,
+                n.pool,
+                n.capacity.unwrap_or(0) as i64,
+                now()
+            ],
+        )?;
+        if ins == 0 {
+            return Err(DbError::Conflict(format!("node {:?} exists", n.id)));
+        }
+        tx.commit()?;
+        self.node(&n.id)
+    }
+
+    pub fn update_node(&mut self, id: &str, u: &NodeUpdate) -> DbResult<Node> {
+        let tx = self.conn_mut().transaction()?;
+        let exists: bool = tx.query_row("SELECT COUNT(*) FROM nodes WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })?;
+        if !exists {
+            return Err(DbError::NotFound(format!("no node {id:?}")));
+        }
+        if let Some(pool) = &u.pool {
+            let live: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM fragments WHERE node = ?1",
+                [id],
+                |r| r.get(0),
+            )?;
+            let current: Option<String> =
+                tx.query_row("SELECT pool FROM nodes WHERE id = ?1", [id], |r| r.get(0))?;
+            let target = (!pool.is_empty()).then(|| pool.clone());
+            if live > 0 && current != target {
+                return Err(DbError::Conflict(format!(
+                    "node {id:?} holds {live} fragment(s): drain it and wait for them to go before moving it to another pool"
+                )));
+            }
+            if let Some(p) = &target {
+                pool_exists(&tx, p)?;
+            }
+            tx.execute(
+                "UPDATE nodes SET pool = ?2 WHERE id = ?1",
+                params![id, target],
+            )?;
+        }
+        if let Some(d) = u.drain {
+            tx.execute("UPDATE nodes SET drain = ?2 WHERE id = ?1", params![id, d])?;
+        }
+        if let Some(c) = u.capacity {
+            if c > i64::MAX as u64 {
+                return Err(DbError::Invalid("capacity out of range".into()));
+            }
+            tx.execute(
+                "UPDATE nodes SET capacity_limit = ?2 WHERE id = ?1",
+                params![id, c as i64],
+            )?;
+        }
+        if u.replace_fuse == Some(true) {
+            bump_failures_reset(&tx, "fragments", "node = ?1", &id)?;
+        }
+        tx.commit()?;
+        self.node(id)
+    }
+
+    pub fn delete_node(&mut self, id: &str) -> DbResult<()> {
+        let tx = self.conn_mut().transaction()?;
+        let exists: bool = tx.query_row("SELECT COUNT(*) FROM nodes WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })?;
+        if !exists {
+            return Err(DbError::NotFound(format!("no node {id:?}")));
+        }
+        let live: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM fragments WHERE node = ?1",
+            [id],
+            |r| r.get(0),
+        )?;
+        if live > 0 {
+            return Err(DbError::Conflict(format!(
+                "node {id:?} still holds {live} fragment(s)"
+            )));
+        }
+        tx.execute("DELETE FROM nodes WHERE id = ?1", [id])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- sessions
+    pub fn create_session(
+        &mut self,
+        v: Viewer,
+        caller_uid: u32,
+        s: &NewSession,
+    ) -> DbResult<Session> {
+        check_name("token", &s.token)?;
+        let owner = s.owner.unwrap_or(caller_uid);
+        if let Viewer::User(uid) = v {
+            if owner != uid {
+                return Err(DbError::Forbidden(format!(
+                    "only admins create sessions for another user (you are uid {uid})"
+                )));
+            }
+        }
+        let creator = s.creator.clone().unwrap_or_else(|| "CLI".into());
+        if creator.is_empty() || creator.len() > 64 || creator.contains(['\'', '"', '\n']) {
+            return Err(DbError::Invalid(format!("invalid creator {creator:?}")));
+        }
+        for n in &s.client_nodes {
+            check_name("client node", n)?;
+        }
+        let mut nodes = s.client_nodes.clone();
+        nodes.sort();
+        nodes.dedup();
+        let expiration = s.expiration.unwrap_or(0);
+        if expiration < 0 {
+            return Err(DbError::Invalid(
+                "expiration must be epoch seconds or 0".into(),
+            ));
+        }
+        let tx = self.conn_mut().transaction()?;
+        let holder: Option<i64> = tx
+            .query_row(
+                "SELECT owner FROM sessions WHERE token = ?1 AND goal = 'create'",
+                [&s.token],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(o) = holder {
+            return Err(DbError::Conflict(format!(
+                "token {:?} is in use (owner uid {o}): names of persistent instances are global",
+                s.token
+            )));
+        }
+        tx.execute(
+            "INSERT INTO sessions(token, owner, creator, client_nodes, created, expiration, goal, actualized)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'create', 1)",
+            params![
+                s.token,
+                owner as i64,
+                creator,
+                serde_json::to_string(&nodes).unwrap_or_else(|_| "[]".into()),
+                now(),
+                expiration
+            ],
+        )?;
+        let id = tx.last_insert_rowid() as u64;
+        tx.commit()?;
+        self.session(Viewer::Admin, id)
+    }
+
+    pub fn update_session(&mut self, v: Viewer, id: u64, u: &SessionUpdate) -> DbResult<Session> {
+        let tx = self.conn_mut().transaction()?;
+        let (_, goal) = owned_session(&tx, v, id)?;
+        if let Some(nodes) = &u.client_nodes {
+            if goal != "create" {
+                return Err(DbError::Conflict(format!(
+                    "session {id} is being destroyed"
+                )));
+            }
+            for n in nodes {
+                check_name("client node", n)?;
+            }
+            let mut nodes = nodes.clone();
+            nodes.sort();
+            nodes.dedup();
+            tx.execute(
+                "UPDATE sessions SET client_nodes = ?2 WHERE id = ?1",
+                params![id as i64, serde_json::to_string(&nodes).unwrap_or_default()],
+            )?;
+            // Activations follow the session's nodes: new nodes get a pending mount;
+            // nodes no longer listed unmount (kept until their agent reports).
+            let acts: Vec<i64> = tx
+                .prepare("SELECT id FROM activations WHERE session = ?1 AND goal = 'create'")?
+                .query_map([id as i64], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            for a in acts {
+                for n in &nodes {
+                    tx.execute(
+                        "INSERT OR IGNORE INTO activation_nodes(activation, node, status) VALUES (?1, ?2, 'pending')",
+                        params![a, n],
+                    )?;
+                }
+                tx.execute("UPDATE activations SET actualized = 0 WHERE id = ?1", [a])?;
+            }
+        }
+        if u.replace_fuse == Some(true) {
+            for t in ["sessions"] {
+                bump_failures_reset(&tx, t, "id = ?1", &(id as i64))?;
+            }
+            bump_failures_reset(&tx, "instances", "session = ?1", &(id as i64))?;
+            bump_failures_reset(&tx, "activations", "session = ?1", &(id as i64))?;
+            tx.execute(
+                "UPDATE fragments SET failures = 0 WHERE instance IN (SELECT id FROM instances WHERE session = ?1)",
+                [id as i64],
+            )?;
+            tx.execute(
+                "UPDATE configurations SET failures = 0 WHERE instance IN (SELECT id FROM instances WHERE session = ?1)",
+                [id as i64],
+            )?;
+        }
+        tx.commit()?;
+        self.session(Viewer::Admin, id)
+    }
+
+    /// Set the session's goal to destroy; the reconcile loop cascades it.
+    pub fn destroy_session(&mut self, v: Viewer, id: u64) -> DbResult<Session> {
+        let tx = self.conn_mut().transaction()?;
+        owned_session(&tx, v, id)?;
+        tx.execute(
+            "UPDATE sessions SET goal = 'destroy', actualized = 0 WHERE id = ?1 AND goal = 'create'",
+            [id as i64],
+        )?;
+        tx.commit()?;
+        self.session(Viewer::Admin, id)
+    }
+
+    // ---------------------------------------------------------------- instances
+    pub fn create_instance(&mut self, v: Viewer, plan: &NewInstancePlan) -> DbResult<Instance> {
+        let req = &plan.req;
+        if req.capacity == 0 {
+            return Err(DbError::Invalid("capacity must be at least 1 byte".into()));
+        }
+        let label_given = req.label.clone();
+        if let Some(l) = &label_given {
+            if l.len() > 64 || l.contains(['\'', '"', '\n', '\0']) {
+                return Err(DbError::Invalid(format!("invalid label {l:?}")));
+            }
+        }
+        let limits = req.limits.clone().unwrap_or_default();
+        let expiration = req.expiration.unwrap_or(0);
+        if expiration < 0 {
+            return Err(DbError::Invalid(
+                "expiration must be epoch seconds or 0".into(),
+            ));
+        }
+        let tx = self
+            .conn_mut()
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let (owner, goal) = owned_session(&tx, v, req.session)?;
+        if goal != "create" {
+            return Err(DbError::Conflict(format!(
+                "session {} is being destroyed",
+                req.session
+            )));
+        }
+        let token: String = tx.query_row(
+            "SELECT token FROM sessions WHERE id = ?1",
+            [req.session as i64],
+            |r| r.get(0),
+        )?;
+        let granularity = pool_exists(&tx, &plan.pool)?;
+        let granules = req.capacity.div_ceil(granularity);
+        let bytes = granules
+            .checked_mul(granularity)
+            .filter(|b| *b <= i64::MAX as u64)
+            .ok_or_else(|| DbError::Invalid("capacity out of range".into()))?;
+        let candidates = candidates(&tx, &plan.pool, granularity)?;
+        let placed = alloc::place(granules, &candidates, plan.policy).map_err(|short| {
+            DbError::NoSpace(format!(
+                "pool {:?} cannot hold {} ({} granule(s) of {}): {} free ({} granule(s) on {} usable node(s))",
+                plan.pool,
+                spillway_api::size::human(bytes),
+                granules,
+                spillway_api::size::human(granularity),
+                spillway_api::size::human(short.free_granules.saturating_mul(granularity)),
+                short.free_granules,
+                short.usable_nodes
+            ))
+        })?;
+        let public = req
+            .public
+            .unwrap_or(!token.bytes().all(|b| b.is_ascii_digit()));
+        let created = now();
+        tx.execute(
+            "INSERT INTO instances(session, pool, bytes, requested, label, public, policy, ww_length,
+                 ww_mult, stripe_size, secret, root_uid, root_gid, created, expiration, goal)
+             VALUES (?1, ?2, ?3, ?4, '', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 'create')",
+            params![
+                req.session as i64,
+                plan.pool,
+                bytes as i64,
+                req.capacity as i64,
+                public,
+                plan.policy.as_str(),
+                limits.write_window_length as i64,
+                limits.write_window_multiplier as i64,
+                plan.stripe_size,
+                plan.secret,
+                owner as i64,
+                crate::identity::primary_gid(owner) as i64,
+                created,
+                expiration
+            ],
+        )?;
+        let id = tx.last_insert_rowid() as u64;
+        let label = label_given.unwrap_or_else(|| format!("I{id}-0"));
+        tx.execute(
+            "UPDATE instances SET label = ?2 WHERE id = ?1",
+            params![id as i64, label],
+        )?;
+        for (idx, (node, g)) in placed.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO fragments(instance, idx, node, bytes, goal) VALUES (?1, ?2, ?3, ?4, 'create')",
+                params![id as i64, idx as i64, node, (g * granularity) as i64],
+            )?;
+        }
+        tx.execute(
+            "UPDATE sessions SET actualized = 0 WHERE id = ?1",
+            [req.session as i64],
+        )?;
+        tx.commit()?;
+        self.instance(Viewer::Admin, id)
+    }
+
+    pub fn destroy_instance(&mut self, v: Viewer, id: u64) -> DbResult<Instance> {
+        let tx = self.conn_mut().transaction()?;
+        let session: i64 = tx
+            .query_row(
+                "SELECT session FROM instances WHERE id = ?1",
+                [id as i64],
+                |r| r.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| DbError::NotFound(format!("no instance {id}")))?;
+        owned_session(&tx, v, session as u64)?;
+        tx.execute(
+            "UPDATE instances SET goal = 'destroy', actualized = 0 WHERE id = ?1",
+            [id as i64],
+        )?;
+        tx.commit()?;
+        self.instance(Viewer::Admin, id)
+    }
+
+    // ---------------------------------------------------------------- configurations
+    pub fn create_configuration(
+        &mut self,
+        v: Viewer,
+        c: &NewConfiguration,
+    ) -> DbResult<Configuration> {
+        if c.kind != ConfigType::Scratch {
+            return Err(DbError::Invalid(format!(
+                "configuration type {:?} is not supported yet (supported: scratch)",
+                c.kind.as_str()
+            )));
+        }
+        if c.access_mode != AccessMode::Stripe {
+            return Err(DbError::Invalid(format!(
+                "access mode {:?} is not supported yet (supported: stripe)",
+                c.access_mode.as_str()
+            )));
+        }
+        let perms = c.root_permissions.unwrap_or(0o755);
+        if perms > 0o7777 {
+            return Err(DbError::Invalid(format!(
+                "root_permissions {perms:o} is not a mode (at most 07777)"
+            )));
+        }
+        let tx = self.conn_mut().transaction()?;
+        let row: Option<(i64, String, i64)> = tx
+            .query_row(
+                "SELECT session, goal, root_gid FROM instances WHERE id = ?1",
+                [c.instance as i64],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let (session, goal, root_gid) =
+            row.ok_or_else(|| DbError::NotFound(format!("no instance {}", c.instance)))?;
+        owned_session(&tx, v, session as u64)?;
+        if goal != "create" {
+            return Err(DbError::Conflict(format!(
+                "instance {} is being destroyed",
+                c.instance
+            )));
+        }
+        let group = c.group.map(i64::from).unwrap_or(root_gid);
+        tx.execute(
+            "INSERT INTO configurations(instance, type, access_mode, root_permissions, grp, created, goal)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'create')",
+            params![
+                c.instance as i64,
+                c.kind.as_str(),
+                c.access_mode.as_str(),
+                perms as i64,
+                group,
+                now()
+            ],
+        )?;
+        let id = tx.last_insert_rowid() as u64;
+        tx.commit()?;
+        self.configuration(Viewer::Admin, id)
+    }
+
+    pub fn destroy_configuration(&mut self, v: Viewer, id: u64) -> DbResult<Configuration> {
+        let tx = self.conn_mut().transaction()?;
+        let session: i64 = tx
+            .query_row(
+                "SELECT i.session FROM configurations c JOIN instances i ON i.id = c.instance WHERE c.id = ?1",
+                [id as i64],
+                |r| r.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| DbError::NotFound(format!("no configuration {id}")))?;
+        owned_session(&tx, v, session as u64)?;
+        tx.execute(
+            "UPDATE configurations SET goal = 'destroy', actualized = 0 WHERE id = ?1",
+            [id as i64],
+        )?;
+        tx.commit()?;
+        self.configuration(Viewer::Admin, id)
+    }
+
+    // ---------------------------------------------------------------- activations
+    /// `mount_root`: where default mount points go, and the only place users may mount.
+    pub fn create_activation(
+        &mut self,
+        v: Viewer,
+        a: &NewActivation,
+        mount_root: &str,
+    ) -> DbResult<Activation> {
+        let tx = self.conn_mut().transaction()?;
+        let (_, goal) = owned_session(&tx, v, a.session)?;
+        if goal != "create" {
+            return Err(DbError::Conflict(format!(
+                "session {} is being destroyed",
+                a.session
+            )));
+        }
+        let row: Option<(String, i64, i64)> = tx
+            .query_row(
+                "SELECT c.goal, i.public, s.owner FROM configurations c
+                 JOIN instances i ON i.id = c.instance JOIN sessions s ON s.id = i.session
+                 WHERE c.id = ?1",
+                [a.configuration as i64],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let (cgoal, public, cowner) =
+            row.ok_or_else(|| DbError::NotFound(format!("no configuration {}", a.configuration)))?;
+        if let Viewer::User(uid) = v {
+            if public == 0 && cowner as u32 != uid {
+                return Err(DbError::Forbidden(format!(
+                    "configuration {} belongs to another user's private instance",
+                    a.configuration
+                )));
+            }
+        }
+        if cgoal != "create" {
+            return Err(DbError::Conflict(format!(
+                "configuration {} is being destroyed",
+                a.configuration
+            )));
+        }
+        let dup: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM activations WHERE session = ?1 AND configuration = ?2 AND goal = 'create'",
+            params![a.session as i64, a.configuration as i64],
+            |r| r.get(0),
+        )?;
+        if dup > 0 {
+            return Err(DbError::Conflict(format!(
+                "session {} already activates configuration {}",
+                a.session, a.configuration
+            )));
+        }
+        let mount = match &a.mount {
+            Some(m) => {
+                let m = check_mount(m)?;
+                let under_root = m.starts_with(&format!("{}/", mount_root.trim_end_matches('/')));
+                if v != Viewer::Admin && !under_root {
+                    return Err(DbError::Forbidden(format!(
+                        "only admins mount outside {mount_root}"
+                    )));
+                }
+                m
+            }
+            None => format!(
+                "{}/s{}/c{}",
+                mount_root.trim_end_matches('/'),
+                a.session,
+                a.configuration
+            ),
+        };
+        let taken: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM activations WHERE mount = ?1",
+            [&mount],
+            |r| r.get(0),
+        )?;
+        if taken > 0 {
+            return Err(DbError::Conflict(format!("mount point {mount} is in use")));
+        }
+        tx.execute(
+            "INSERT INTO activations(session, configuration, mount, created, goal) VALUES (?1, ?2, ?3, ?4, 'create')",
+            params![a.session as i64, a.configuration as i64, mount, now()],
+        )?;
+        let id = tx.last_insert_rowid();
+        let nodes: String = tx.query_row(
+            "SELECT client_nodes FROM sessions WHERE id = ?1",
+            [a.session as i64],
+            |r| r.get(0),
+        )?;
+        let nodes: Vec<String> = serde_json::from_str(&nodes).unwrap_or_default();
+        for n in &nodes {
+            tx.execute(
+                "INSERT INTO activation_nodes(activation, node, status) VALUES (?1, ?2, 'pending')",
+                params![id, n],
+            )?;
+        }
+        tx.execute(
+            "UPDATE sessions SET actualized = 0 WHERE id = ?1",
+            [a.session as i64],
+        )?;
+        tx.commit()?;
+        self.activation(Viewer::Admin, id as u64)
+    }
+
+    pub fn destroy_activation(&mut self, v: Viewer, id: u64) -> DbResult<Activation> {
+        let tx = self.conn_mut().transaction()?;
+        let session: i64 = tx
+            .query_row(
+                "SELECT session FROM activations WHERE id = ?1",
+                [id as i64],
+                |r| r.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| DbError::NotFound(format!("no activation {id}")))?;
+        owned_session(&tx, v, session as u64)?;
+        tx.execute(
+            "UPDATE activations SET goal = 'destroy', actualized = 0, failures = 0 WHERE id = ?1",
+            [id as i64],
+        )?;
+        tx.commit()?;
+        self.activation(Viewer::Admin, id)
+    }
+}
+
+fn pool_exists(tx: &Transaction, id: &str) -> DbResult<u64> {
+    tx.query_row("SELECT granularity FROM pools WHERE id = ?1", [id], |r| {
+        r.get::<_, i64>(0)
+    })
+    .optional()?
+    .map(|g| g as u64)
+    .ok_or_else(|| DbError::NotFound(format!("no pool {id:?}")))
+}
+
+/// Online, undrained nodes of the pool with their free granules.
+fn candidates(tx: &Transaction, pool: &str, granularity: u64) -> DbResult<Vec<Candidate>> {
+    let sql = format!(
+        "SELECT n.id, MAX(({NODE_CAPACITY}) - COALESCE((SELECT SUM(f.bytes) FROM fragments f
+                WHERE f.node = n.id), 0), 0)
+         FROM nodes n WHERE n.pool = ?1 AND n.online = 1 AND n.drain = 0 ORDER BY n.id"
+    );
+    let mut st = tx.prepare(&sql)?;
+    let rows = st
+        .query_map([pool], |r| {
+            Ok(Candidate {
+                node: r.get(0)?,
+                free_granules: r.get::<_, i64>(1)?.max(0) as u64 / granularity,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+fn check_address(a: &str) -> DbResult<()> {
+    let ok = a.rsplit_once(':').is_some_and(|(h, p)| {
+        !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0) && !h.contains(['/', ' '])
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(DbError::Invalid(format!(
+            "invalid address {a:?}: expected host:port"
+        )))
+    }
+}
+
+/// An absolute, normalised path without `..`, `.` or empty components.
+fn check_mount(m: &str) -> DbResult<String> {
+    let bad = || {
+        DbError::Invalid(format!(
+            "invalid mount point {m:?}: an absolute path without . or .. components"
+        ))
+    };
+    if !m.starts_with('/') || m.len() > 1024 || m.contains('\0') {
+        return Err(bad());
+    }
+    let parts: Vec<&str> = m.split('/').skip(1).collect();
+    if parts.is_empty()
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || *p == "." || *p == "..")
+    {
+        return Err(bad());
+    }
+    Ok(m.to_string())
+}

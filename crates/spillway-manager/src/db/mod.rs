@@ -1,0 +1,141 @@
+//! The manager's state in SQLite: every resource, its goal and whether it is reached.
+//! All reads the REST API and Slurm need are answered from here, never from servers.
+//!
+//! * `schema`  — the tables.
+//! * `views`   — rows to the API's JSON resources, filtered by who asks.
+//! * `changes` — creates, updates and destroy goals asked for through the API.
+//! * `reconcile` — what the reconcile loop reads and records.
+
+mod changes;
+mod reconcile;
+mod schema;
+mod views;
+
+pub use changes::NewInstancePlan;
+pub use reconcile::{
+    unmount_item, CallError, ConfigWork, DestroyFragment, FragmentWork, MountWork, NodeProbe,
+};
+
+use rusqlite::{Connection, OptionalExtension};
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Forbidden(String),
+    /// The request cannot be placed: not enough free space in the pool.
+    #[error("{0}")]
+    NoSpace(String),
+    #[error("database: {0}")]
+    Sql(#[from] rusqlite::Error),
+}
+
+pub type DbResult<T> = Result<T, DbError>;
+
+/// Who a read is for: admins see everything; a user sees their own objects and
+/// public (persistent) instances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Viewer {
+    Admin,
+    User(u32),
+}
+
+pub struct Db {
+    conn: Connection,
+}
+
+/// Consecutive failures after which an object is no longer retried (the fuse blows).
+pub const FUSE_LIMIT: i64 = 8;
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+impl Db {
+    pub fn open(path: &Path) -> DbResult<Db> {
+        let conn = Connection::open(path)?;
+        Self::init(conn)
+    }
+
+    pub fn open_in_memory() -> DbResult<Db> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> DbResult<Db> {
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // WAL: readers (dwstat, Slurm's polls) never wait on the reconcile loop's writes
+        // and a crash loses at most the transaction being written.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.execute_batch(schema::SCHEMA)?;
+        let version: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        match version {
+            None => {
+                conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
+                    [schema::VERSION.to_string()],
+                )?;
+            }
+            Some(v) if v == schema::VERSION.to_string() => {}
+            Some(v) => {
+                return Err(DbError::Invalid(format!(
+                    "database schema version {v}; this manager knows version {}",
+                    schema::VERSION
+                )))
+            }
+        }
+        Ok(Db { conn })
+    }
+
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    pub(crate) fn conn_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
+/// A goal column to the API enum.
+pub(crate) fn goal_of(s: &str) -> spillway_api::Goal {
+    if s == "destroy" {
+        spillway_api::Goal::Destroy
+    } else {
+        spillway_api::Goal::Create
+    }
+}
+
+/// The state object of a row: `transitioning` while the goal is not reached and the
+/// fuse is intact.
+pub(crate) fn state_of(
+    goal: &str,
+    actualized: bool,
+    failures: i64,
+    mixed: bool,
+) -> spillway_api::State {
+    let fuse_blown = failures >= FUSE_LIMIT;
+    spillway_api::State {
+        goal: goal_of(goal),
+        actualized,
+        fuse_blown,
+        mixed,
+        transitioning: !actualized && !fuse_blown,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,492 @@
+//! What the reconcile loop and the agents read and record: work toward each object's
+//! goal, the outcome of each attempt, and the roll-ups and cascades that follow.
+
+use super::{now, Db, DbResult, FUSE_LIMIT};
+use rusqlite::params;
+use spillway_api::{AgentMount, AgentReport, Goal};
+
+/// Why a call to a server did not reach its goal. Only refusals count toward the fuse:
+/// an unreachable server is retried for as long as it takes (it goes offline after the
+/// node timeout and its work waits).
+#[derive(Clone, Debug)]
+pub enum CallError {
+    Transient(String),
+    Refused(String),
+}
+
+impl CallError {
+    fn parts(&self) -> (&str, i64) {
+        match self {
+            CallError::Transient(m) => (m, 0),
+            CallError::Refused(m) => (m, 1),
+        }
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.parts().0)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeProbe {
+    pub id: String,
+    pub address: String,
+}
+
+/// A fragment to build on its server.
+#[derive(Clone, Debug)]
+pub struct FragmentWork {
+    pub fragment: u64,
+    pub instance: u64,
+    pub index: u16,
+    pub address: String,
+    /// Addresses of every fragment's server, in index order.
+    pub peers: Vec<String>,
+    pub capacity: u64,
+    pub secret: Vec<u8>,
+    pub stripe_size: u32,
+    pub root_uid: u32,
+    pub root_gid: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct DestroyFragment {
+    pub fragment: u64,
+    pub instance: u64,
+    pub address: String,
+}
+
+/// A configuration whose root directory attributes must be applied.
+#[derive(Clone, Debug)]
+pub struct ConfigWork {
+    pub configuration: u64,
+    pub instance: u64,
+    pub peers: Vec<String>,
+    pub secret: Vec<u8>,
+    pub mode: u32,
+    pub gid: u32,
+}
+
+/// Everything an agent needs to mount one instance (the capability is minted by the
+/// caller, who knows the node's addresses and the lifetime).
+#[derive(Clone, Debug)]
+pub struct MountWork {
+    pub activation: u64,
+    pub goal: Goal,
+    pub mount: String,
+    pub instance: u64,
+    pub servers: Vec<String>,
+    pub capacity: u64,
+    pub stripe_size: u32,
+    pub secret: Vec<u8>,
+}
+
+impl Db {
+    fn peers(&self, instance: u64) -> DbResult<Vec<String>> {
+        let mut st = self.conn().prepare_cached(
+            "SELECT n.address FROM fragments f JOIN nodes n ON n.id = f.node
+             WHERE f.instance = ?1 ORDER BY f.idx",
+        )?;
+        let rows = st
+            .query_map([instance as i64], |r| r.get(0))?
+            .collect::<Result<Vec<String>, _>>()?;
+        Ok(rows)
+    }
+
+    pub fn nodes_to_probe(&self) -> DbResult<Vec<NodeProbe>> {
+        let mut st = self
+            .conn()
+            .prepare_cached("SELECT id, address FROM nodes ORDER BY id")?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(NodeProbe {
+                    id: r.get(0)?,
+                    address: r.get(1)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Record a heartbeat answer (`Ok(capacity)`) or failure. A node goes offline only
+    /// after `timeout_secs` without an answer. Returns whether `online` changed.
+    pub fn record_heartbeat(
+        &mut self,
+        id: &str,
+        result: Result<u64, String>,
+        timeout_secs: i64,
+    ) -> DbResult<bool> {
+        let t = now();
+        let before: Option<bool> = self
+            .conn()
+            .query_row("SELECT online FROM nodes WHERE id = ?1", [id], |r| r.get(0))
+            .ok();
+        let Some(before) = before else {
+            return Ok(false);
+        };
+        match result {
+            Ok(capacity) => {
+                self.conn().execute(
+                    "UPDATE nodes SET online = 1, health = 'ok', reported_capacity = ?2,
+                         last_heartbeat = ?3 WHERE id = ?1",
+                    params![id, capacity.min(i64::MAX as u64) as i64, t],
+                )?;
+                Ok(!before)
+            }
+            Err(e) => {
+                self.conn().execute(
+                    "UPDATE nodes SET health = ?2,
+                         online = CASE WHEN ?3 - last_heartbeat > ?4 THEN 0 ELSE online END
+                     WHERE id = ?1",
+                    params![id, e, t, timeout_secs],
+                )?;
+                let after: bool =
+                    self.conn()
+                        .query_row("SELECT online FROM nodes WHERE id = ?1", [id], |r| r.get(0))?;
+                Ok(before != after)
+            }
+        }
+    }
+
+    pub fn fragment_work(&self) -> DbResult<Vec<FragmentWork>> {
+        let rows: Vec<(u64, u64, u16, String, u64, Vec<u8>, u32, u32, u32)> = {
+            let mut st = self.conn().prepare_cached(
+                "SELECT f.id, f.instance, f.idx, n.address, f.bytes, i.secret, i.stripe_size,
+                        i.root_uid, i.root_gid
+                 FROM fragments f JOIN nodes n ON n.id = f.node JOIN instances i ON i.id = f.instance
+                 WHERE f.goal = 'create' AND f.actualized = 0 AND f.failures < ?1
+                   AND n.online = 1 AND i.goal = 'create'
+                 ORDER BY f.instance, f.idx",
+            )?;
+            let rows = st
+                .query_map([FUSE_LIMIT], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)? as u64,
+                        r.get::<_, i64>(1)? as u64,
+                        r.get::<_, i64>(2)? as u16,
+                        r.get(3)?,
+                        r.get::<_, i64>(4)? as u64,
+                        r.get(5)?,
+                        r.get::<_, i64>(6)? as u32,
+                        r.get::<_, i64>(7)? as u32,
+                        r.get::<_, i64>(8)? as u32,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows
+        };
+        rows.into_iter()
+            .map(
+                |(
+                    fragment,
+                    instance,
+                    index,
+                    address,
+                    capacity,
+                    secret,
+                    stripe_size,
+                    root_uid,
+                    root_gid,
+                )| {
+                    Ok(FragmentWork {
+                        fragment,
+                        instance,
+                        index,
+                        address,
+                        peers: self.peers(instance)?,
+                        capacity,
+                        secret,
+                        stripe_size,
+                        root_uid,
+                        root_gid,
+                    })
+                },
+            )
+            .collect()
+    }
+
+    pub fn record_fragment(&mut self, id: u64, result: Result<(), CallError>) -> DbResult<()> {
+        match result {
+            Ok(()) => self.conn().execute(
+                "UPDATE fragments SET actualized = 1, failures = 0, last_error = NULL WHERE id = ?1",
+                [id as i64],
+            )?,
+            Err(e) => self.conn().execute(
+                "UPDATE fragments SET failures = failures + ?3, last_error = ?2 WHERE id = ?1",
+                params![id as i64, e.parts().0, e.parts().1],
+            )?,
+        };
+        Ok(())
+    }
+
+    pub fn destroy_work(&self) -> DbResult<Vec<DestroyFragment>> {
+        let mut st = self.conn().prepare_cached(
+            "SELECT f.id, f.instance, n.address FROM fragments f JOIN nodes n ON n.id = f.node
+             WHERE f.goal = 'destroy' AND f.failures < ?1 AND n.online = 1 ORDER BY f.id",
+        )?;
+        let rows = st
+            .query_map([FUSE_LIMIT], |r| {
+                Ok(DestroyFragment {
+                    fragment: r.get::<_, i64>(0)? as u64,
+                    instance: r.get::<_, i64>(1)? as u64,
+                    address: r.get(2)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// A fragment destroyed on its server is forgotten.
+    pub fn record_destroyed(&mut self, id: u64, result: Result<(), CallError>) -> DbResult<()> {
+        match result {
+            Ok(()) => self
+                .conn()
+                .execute("DELETE FROM fragments WHERE id = ?1", [id as i64])?,
+            Err(e) => self.conn().execute(
+                "UPDATE fragments SET failures = failures + ?3, last_error = ?2 WHERE id = ?1",
+                params![id as i64, e.parts().0, e.parts().1],
+            )?,
+        };
+        Ok(())
+    }
+
+    pub fn config_work(&self) -> DbResult<Vec<ConfigWork>> {
+        let rows: Vec<(u64, u64, Vec<u8>, u32, u32)> = {
+            let mut st = self.conn().prepare_cached(
+                "SELECT c.id, c.instance, i.secret, c.root_permissions, c.grp
+                 FROM configurations c JOIN instances i ON i.id = c.instance
+                 WHERE c.goal = 'create' AND c.actualized = 0 AND c.failures < ?1
+                   AND i.goal = 'create' AND i.actualized = 1 ORDER BY c.id",
+            )?;
+            let rows = st
+                .query_map([FUSE_LIMIT], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)? as u64,
+                        r.get::<_, i64>(1)? as u64,
+                        r.get(2)?,
+                        r.get::<_, i64>(3)? as u32,
+                        r.get::<_, i64>(4)? as u32,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows
+        };
+        rows.into_iter()
+            .map(|(configuration, instance, secret, mode, gid)| {
+                Ok(ConfigWork {
+                    configuration,
+                    instance,
+                    peers: self.peers(instance)?,
+                    secret,
+                    mode,
+                    gid,
+                })
+            })
+            .collect()
+    }
+
+    pub fn record_config(&mut self, id: u64, result: Result<(), CallError>) -> DbResult<()> {
+        match result {
+            Ok(()) => self.conn().execute(
+                "UPDATE configurations SET actualized = 1, failures = 0, last_error = NULL WHERE id = ?1",
+                [id as i64],
+            )?,
+            Err(e) => self.conn().execute(
+                "UPDATE configurations SET failures = failures + ?3, last_error = ?2 WHERE id = ?1",
+                params![id as i64, e.parts().0, e.parts().1],
+            )?,
+        };
+        Ok(())
+    }
+
+    /// Roll-ups and cascades, in one transaction. Whether anything changed is told by
+    /// comparing `fingerprint`s (UPDATEs count rows even when they write the same value).
+    pub fn advance(&mut self) -> DbResult<()> {
+        let tx = self.conn_mut().transaction()?;
+        tx.execute_batch(
+            "
+            -- a destroy goal flows down: session -> activations, instances;
+            -- instance -> configurations; configuration -> activations.
+            UPDATE instances SET goal = 'destroy', actualized = 0
+             WHERE goal = 'create' AND session IN (SELECT id FROM sessions WHERE goal = 'destroy');
+            UPDATE configurations SET goal = 'destroy', actualized = 0
+             WHERE goal = 'create' AND instance IN (SELECT id FROM instances WHERE goal = 'destroy');
+            UPDATE activations SET goal = 'destroy', actualized = 0, failures = 0
+             WHERE goal = 'create'
+               AND (session IN (SELECT id FROM sessions WHERE goal = 'destroy')
+                    OR configuration IN (SELECT id FROM configurations WHERE goal = 'destroy'));
+
+            -- an activation is gone once no node may still have it mounted (an agent
+            -- also unmounts what it holds that is no longer asked of it).
+            DELETE FROM activation_nodes WHERE activation IN (
+              SELECT a.id FROM activations a WHERE a.goal = 'destroy' AND NOT EXISTS (
+                SELECT 1 FROM activation_nodes n WHERE n.activation = a.id
+                  AND n.status IN ('mounted', 'failed')));
+            DELETE FROM activations WHERE goal = 'destroy'
+              AND NOT EXISTS (SELECT 1 FROM activation_nodes n WHERE n.activation = activations.id);
+            -- a configuration goes when nothing activates it
+            DELETE FROM configurations WHERE goal = 'destroy'
+              AND NOT EXISTS (SELECT 1 FROM activations a WHERE a.configuration = configurations.id);
+            -- an instance's fragments go once no configuration uses it
+            UPDATE fragments SET goal = 'destroy', actualized = 0, failures = 0
+             WHERE goal = 'create' AND instance IN (
+               SELECT i.id FROM instances i WHERE i.goal = 'destroy'
+                 AND NOT EXISTS (SELECT 1 FROM configurations c WHERE c.instance = i.id));
+            DELETE FROM instances WHERE goal = 'destroy'
+              AND NOT EXISTS (SELECT 1 FROM configurations c WHERE c.instance = instances.id)
+              AND NOT EXISTS (SELECT 1 FROM fragments f WHERE f.instance = instances.id);
+            DELETE FROM sessions WHERE goal = 'destroy'
+              AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.session = sessions.id)
+              AND NOT EXISTS (SELECT 1 FROM activations a WHERE a.session = sessions.id);
+
+            -- roll-ups of create goals
+            UPDATE instances SET actualized = (
+                EXISTS (SELECT 1 FROM fragments f WHERE f.instance = instances.id)
+                AND NOT EXISTS (SELECT 1 FROM fragments f WHERE f.instance = instances.id
+                                AND f.actualized = 0))
+             WHERE goal = 'create';
+            UPDATE configurations SET actualized = 0
+             WHERE goal = 'create' AND actualized = 1
+               AND instance IN (SELECT id FROM instances WHERE actualized = 0);
+            UPDATE activations SET actualized = NOT EXISTS (
+                SELECT 1 FROM activation_nodes n WHERE n.activation = activations.id
+                  AND n.status <> 'mounted')
+             WHERE goal = 'create';
+            UPDATE sessions SET actualized = (
+                NOT EXISTS (SELECT 1 FROM instances i WHERE i.session = sessions.id AND i.actualized = 0)
+                AND NOT EXISTS (SELECT 1 FROM activations a WHERE a.session = sessions.id AND a.actualized = 0))
+             WHERE goal = 'create';
+            ",
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// A fingerprint of every goal and actualized flag, to tell whether a pass changed
+    /// anything an agent or a waiting client could care about.
+    pub fn fingerprint(&self) -> DbResult<String> {
+        let q = "SELECT
+            (SELECT group_concat(id || goal || actualized || failures, ',') FROM sessions) || '|' ||
+            (SELECT group_concat(id || goal || actualized || failures, ',') FROM instances) || '|' ||
+            (SELECT group_concat(id || goal || actualized || failures, ',') FROM fragments) || '|' ||
+            (SELECT group_concat(id || goal || actualized || failures, ',') FROM configurations) || '|' ||
+            (SELECT group_concat(id || goal || actualized || failures, ',') FROM activations) || '|' ||
+            (SELECT group_concat(activation || node || status, ',') FROM activation_nodes) || '|' ||
+            (SELECT group_concat(id || online || drain, ',') FROM nodes)";
+        Ok(self
+            .conn()
+            .query_row(q, [], |r| r.get::<_, Option<String>>(0))?
+            .unwrap_or_default())
+    }
+
+    // ---------------------------------------------------------------- agents
+    pub fn agent_hello(&mut self, node: &str, addresses: &[String]) -> DbResult<()> {
+        self.conn().execute(
+            "INSERT INTO agents(id, addresses, last_seen) VALUES (?1, ?2, ?3)
+             ON CONFLICT(id) DO UPDATE SET addresses = ?2, last_seen = ?3",
+            params![
+                node,
+                serde_json::to_string(addresses).unwrap_or_default(),
+                now()
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn agent_addresses(&self, node: &str) -> DbResult<Vec<String>> {
+        let s: Option<String> = self
+            .conn()
+            .query_row("SELECT addresses FROM agents WHERE id = ?1", [node], |r| {
+                r.get(0)
+            })
+            .ok();
+        Ok(s.and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default())
+    }
+
+    /// The mounts `node` must hold or drop.
+    pub fn mount_work(&self, node: &str) -> DbResult<Vec<MountWork>> {
+        let rows: Vec<(u64, String, String, u64, u64, u32, Vec<u8>, bool)> = {
+            let mut st = self.conn().prepare_cached(
+                "SELECT a.id, a.goal, a.mount, i.id, i.bytes, i.stripe_size, i.secret,
+                        (c.actualized = 1 AND i.actualized = 1 AND a.failures < ?2)
+                 FROM activations a JOIN activation_nodes n ON n.activation = a.id
+                 JOIN configurations c ON c.id = a.configuration
+                 JOIN instances i ON i.id = c.instance
+                 WHERE n.node = ?1
+                   AND ((a.goal = 'create') OR (a.goal = 'destroy' AND n.status <> 'unmounted'))
+                 ORDER BY a.id",
+            )?;
+            let rows = st
+                .query_map(params![node, FUSE_LIMIT], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)? as u64,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get::<_, i64>(3)? as u64,
+                        r.get::<_, i64>(4)? as u64,
+                        r.get::<_, i64>(5)? as u32,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows
+        };
+        let mut out = Vec::new();
+        for (activation, goal, mount, instance, capacity, stripe_size, secret, ready) in rows {
+            let goal = super::goal_of(&goal);
+            if goal == Goal::Create && !ready {
+                continue;
+            }
+            out.push(MountWork {
+                activation,
+                goal,
+                mount,
+                instance,
+                servers: self.peers(instance)?,
+                capacity,
+                stripe_size,
+                secret,
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn agent_report(&mut self, node: &str, r: &AgentReport) -> DbResult<bool> {
+        let status = match r.status.as_str() {
+            s @ ("mounted" | "unmounted" | "failed") => s,
+            other => {
+                return Err(super::DbError::Invalid(format!(
+                    "status {other:?} is not one of mounted, unmounted, failed"
+                )))
+            }
+        };
+        let n = self.conn().execute(
+            "UPDATE activation_nodes SET status = ?3, error = ?4 WHERE activation = ?1 AND node = ?2",
+            params![r.activation as i64, node, status, r.error],
+        )?;
+        if n == 0 {
+            return Ok(false);
+        }
+        if status == "failed" {
+            self.conn().execute(
+                "UPDATE activations SET failures = failures + 1, last_error = ?2 WHERE id = ?1",
+                params![r.activation as i64, r.error],
+            )?;
+        }
+        Ok(true)
+    }
+}
+
+/// `AgentMount` without a descriptor (for destroy goals).
+pub fn unmount_item(w: &MountWork) -> AgentMount {
+    AgentMount {
+        activation: w.activation,
+        goal: w.goal,
+        mount: w.mount.clone(),
+        descriptor: None,
+    }
+}

@@ -1,0 +1,115 @@
+//! The manager's SQLite schema (WAL). Version 1. Every object row carries `goal`
+//! (`create`/`destroy`), `actualized`, a consecutive-failure count (the fuse) and the
+//! last error; rows are deleted once a destroy goal is reached.
+
+pub const VERSION: i64 = 1;
+
+pub const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pools (
+    id          TEXT PRIMARY KEY,
+    units       TEXT NOT NULL,
+    granularity INTEGER NOT NULL CHECK (granularity > 0),
+    created     INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    id                TEXT PRIMARY KEY,
+    address           TEXT NOT NULL,
+    pool              TEXT REFERENCES pools(id),
+    drain             INTEGER NOT NULL DEFAULT 0,
+    capacity_limit    INTEGER NOT NULL DEFAULT 0,
+    reported_capacity INTEGER NOT NULL DEFAULT 0,
+    online            INTEGER NOT NULL DEFAULT 0,
+    health            TEXT NOT NULL DEFAULT 'unknown',
+    last_heartbeat    INTEGER NOT NULL DEFAULT 0,
+    created           INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    token        TEXT NOT NULL,
+    owner        INTEGER NOT NULL,
+    creator      TEXT NOT NULL,
+    client_nodes TEXT NOT NULL,
+    created      INTEGER NOT NULL,
+    expiration   INTEGER NOT NULL,
+    goal         TEXT NOT NULL,
+    actualized   INTEGER NOT NULL DEFAULT 0,
+    failures     INTEGER NOT NULL DEFAULT 0,
+    last_error   TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS sessions_live_token ON sessions(token) WHERE goal = 'create';
+CREATE TABLE IF NOT EXISTS instances (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    session     INTEGER NOT NULL REFERENCES sessions(id),
+    pool        TEXT NOT NULL,
+    bytes       INTEGER NOT NULL,
+    requested   INTEGER NOT NULL,
+    label       TEXT NOT NULL,
+    public      INTEGER NOT NULL,
+    policy      TEXT NOT NULL,
+    ww_length   INTEGER NOT NULL,
+    ww_mult     INTEGER NOT NULL,
+    stripe_size INTEGER NOT NULL,
+    secret      BLOB NOT NULL,
+    root_uid    INTEGER NOT NULL,
+    root_gid    INTEGER NOT NULL,
+    created     INTEGER NOT NULL,
+    expiration  INTEGER NOT NULL,
+    goal        TEXT NOT NULL,
+    actualized  INTEGER NOT NULL DEFAULT 0,
+    failures    INTEGER NOT NULL DEFAULT 0,
+    last_error  TEXT
+);
+CREATE TABLE IF NOT EXISTS fragments (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance   INTEGER NOT NULL REFERENCES instances(id),
+    idx        INTEGER NOT NULL,
+    node       TEXT NOT NULL REFERENCES nodes(id),
+    bytes      INTEGER NOT NULL,
+    goal       TEXT NOT NULL,
+    actualized INTEGER NOT NULL DEFAULT 0,
+    failures   INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    UNIQUE (instance, idx)
+);
+CREATE INDEX IF NOT EXISTS fragments_node ON fragments(node);
+CREATE TABLE IF NOT EXISTS configurations (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance         INTEGER NOT NULL REFERENCES instances(id),
+    type             TEXT NOT NULL,
+    access_mode      TEXT NOT NULL,
+    root_permissions INTEGER NOT NULL,
+    grp              INTEGER NOT NULL,
+    created          INTEGER NOT NULL,
+    goal             TEXT NOT NULL,
+    actualized       INTEGER NOT NULL DEFAULT 0,
+    failures         INTEGER NOT NULL DEFAULT 0,
+    last_error       TEXT
+);
+CREATE TABLE IF NOT EXISTS activations (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    session       INTEGER NOT NULL REFERENCES sessions(id),
+    configuration INTEGER NOT NULL REFERENCES configurations(id),
+    mount         TEXT NOT NULL,
+    created       INTEGER NOT NULL,
+    goal          TEXT NOT NULL,
+    actualized    INTEGER NOT NULL DEFAULT 0,
+    failures      INTEGER NOT NULL DEFAULT 0,
+    last_error    TEXT
+);
+CREATE TABLE IF NOT EXISTS activation_nodes (
+    activation INTEGER NOT NULL REFERENCES activations(id),
+    node       TEXT NOT NULL,
+    status     TEXT NOT NULL,
+    error      TEXT,
+    PRIMARY KEY (activation, node)
+);
+CREATE TABLE IF NOT EXISTS agents (
+    id        TEXT PRIMARY KEY,
+    addresses TEXT NOT NULL,
+    last_seen INTEGER NOT NULL
+);
+"#;

@@ -1,0 +1,273 @@
+//! Database rules without servers: allocation, visibility, cascades.
+
+use super::*;
+use spillway_api::*;
+
+fn db_with_nodes(nodes: &[(&str, u64)]) -> Db {
+    let mut db = Db::open_in_memory().unwrap();
+    db.create_pool(&NewPool {
+        id: "wlm_pool".into(),
+        granularity: 1 << 30,
+        units: None,
+    })
+    .unwrap();
+    for (i, (n, cap)) in nodes.iter().enumerate() {
+        db.create_node(&NewNode {
+            id: n.to_string(),
+            address: format!("127.0.0.1:{}", 7000 + i),
+            pool: Some("wlm_pool".into()),
+            capacity: None,
+        })
+        .unwrap();
+        db.record_heartbeat(n, Ok(*cap), 10).unwrap();
+    }
+    db
+}
+
+fn plan(session: u64, capacity: u64) -> NewInstancePlan {
+    NewInstancePlan {
+        req: NewInstance {
+            session,
+            capacity,
+            pool: None,
+            label: None,
+            public: None,
+            policy: None,
+            limits: None,
+            stripe_size: None,
+            expiration: None,
+        },
+        pool: "wlm_pool".into(),
+        policy: Policy::Bandwidth,
+        stripe_size: 8 << 20,
+        secret: vec![7; 32],
+    }
+}
+
+fn session(db: &mut Db, token: &str, owner: u32) -> u64 {
+    db.create_session(
+        Viewer::Admin,
+        0,
+        &NewSession {
+            token: token.into(),
+            owner: Some(owner),
+            creator: None,
+            client_nodes: vec!["c1".into()],
+            expiration: None,
+        },
+    )
+    .unwrap()
+    .id
+}
+
+#[test]
+fn pool_counts_granules_of_online_undrained_nodes() {
+    let mut db = db_with_nodes(&[("s0", 10 << 30), ("s1", (5 << 30) + 7)]);
+    let p = db.pool("wlm_pool").unwrap();
+    assert_eq!((p.quantity, p.free), (15, 15));
+    db.update_node(
+        "s1",
+        &NodeUpdate {
+            drain: Some(true),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(db.pool("wlm_pool").unwrap().quantity, 10);
+}
+
+#[test]
+fn capacity_rounds_up_and_spreads() {
+    let mut db = db_with_nodes(&[("s0", 10 << 30), ("s1", 10 << 30)]);
+    let s = session(&mut db, "refdb", 1000);
+    let i = db
+        .create_instance(Viewer::Admin, &plan(s, (3 << 30) - 5))
+        .unwrap();
+    assert_eq!(i.capacity.bytes, 3 << 30);
+    assert_eq!(i.capacity.nodes, 2);
+    assert!(i.public, "a named session's instance is persistent");
+    assert_eq!(db.pool("wlm_pool").unwrap().free, 17);
+}
+
+#[test]
+fn no_space_says_what_is_free() {
+    let mut db = db_with_nodes(&[("s0", 2 << 30)]);
+    let s = session(&mut db, "123", 1000);
+    let e = db
+        .create_instance(Viewer::Admin, &plan(s, 3 << 30))
+        .unwrap_err();
+    match e {
+        DbError::NoSpace(m) => assert!(m.contains("2GiB free"), "{m}"),
+        e => panic!("{e:?}"),
+    }
+}
+
+#[test]
+fn drained_and_offline_nodes_are_avoided() {
+    let mut db = db_with_nodes(&[("s0", 10 << 30), ("s1", 10 << 30), ("s2", 10 << 30)]);
+    db.update_node(
+        "s1",
+        &NodeUpdate {
+            drain: Some(true),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // s2 stops answering and its timeout passes.
+    db.conn()
+        .execute("UPDATE nodes SET last_heartbeat = 0 WHERE id = 's2'", [])
+        .unwrap();
+    assert!(db.record_heartbeat("s2", Err("down".into()), 10).unwrap());
+    let s = session(&mut db, "1", 1000);
+    let i = db
+        .create_instance(Viewer::Admin, &plan(s, 3 << 30))
+        .unwrap();
+    let frags = db.fragments(Viewer::Admin, None).unwrap();
+    assert!(frags.iter().all(|f| f.node == "s0"), "{frags:?}");
+    assert_eq!(i.capacity.nodes, 1);
+}
+
+#[test]
+fn users_see_their_own_and_public_objects() {
+    let mut db = db_with_nodes(&[("s0", 10 << 30)]);
+    let mine = session(&mut db, "42", 1000);
+    let theirs = session(&mut db, "43", 2000);
+    let persistent = session(&mut db, "shared", 2000);
+    db.create_instance(Viewer::Admin, &plan(theirs, 1)).unwrap();
+    db.create_instance(Viewer::Admin, &plan(persistent, 1))
+        .unwrap();
+    let me = Viewer::User(1000);
+    let ids: Vec<u64> = db
+        .sessions(me, None)
+        .unwrap()
+        .iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(ids, vec![mine, persistent]);
+    assert_eq!(db.instances(me, None).unwrap().len(), 1);
+    assert!(matches!(
+        db.destroy_session(me, theirs),
+        Err(DbError::Forbidden(_))
+    ));
+    assert!(matches!(
+        db.create_instance(me, &plan(theirs, 1)),
+        Err(DbError::Forbidden(_))
+    ));
+}
+
+#[test]
+fn tokens_are_unique_while_live() {
+    let mut db = db_with_nodes(&[]);
+    session(&mut db, "refdb", 1000);
+    let e = db
+        .create_session(
+            Viewer::User(2000),
+            2000,
+            &NewSession {
+                token: "refdb".into(),
+                owner: None,
+                creator: None,
+                client_nodes: vec![],
+                expiration: None,
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(e, DbError::Conflict(_)));
+}
+
+#[test]
+fn destroy_cascades_once_servers_and_agents_are_done() {
+    let mut db = db_with_nodes(&[("s0", 10 << 30)]);
+    let s = session(&mut db, "refdb", 1000);
+    let i = db.create_instance(Viewer::Admin, &plan(s, 1)).unwrap();
+    let c = db
+        .create_configuration(
+            Viewer::Admin,
+            &NewConfiguration {
+                instance: i.id,
+                kind: ConfigType::Scratch,
+                access_mode: AccessMode::Stripe,
+                root_permissions: None,
+                group: None,
+            },
+        )
+        .unwrap();
+    let a = db
+        .create_activation(
+            Viewer::Admin,
+            &NewActivation {
+                session: s,
+                configuration: c.id,
+                mount: None,
+            },
+            "/var/opt/spillway/mounts",
+        )
+        .unwrap();
+    assert_eq!(a.mount, format!("/var/opt/spillway/mounts/s{s}/c{}", c.id));
+    // Build: fragment, then configuration, then the agent mounts.
+    let f = db.fragment_work().unwrap();
+    assert_eq!(f.len(), 1);
+    db.record_fragment(f[0].fragment, Ok(())).unwrap();
+    db.advance().unwrap();
+    assert!(
+        db.mount_work("c1").unwrap().is_empty(),
+        "configuration not applied yet"
+    );
+    let cw = db.config_work().unwrap();
+    db.record_config(cw[0].configuration, Ok(())).unwrap();
+    db.advance().unwrap();
+    let w = db.mount_work("c1").unwrap();
+    assert_eq!(w.len(), 1);
+    db.agent_report(
+        "c1",
+        &AgentReport {
+            activation: a.id,
+            status: "mounted".into(),
+            error: None,
+        },
+    )
+    .unwrap();
+    db.advance().unwrap();
+    assert!(db.session(Viewer::Admin, s).unwrap().state.actualized);
+    // Destroy: the agent must unmount before the fragment goes.
+    db.destroy_session(Viewer::Admin, s).unwrap();
+    db.advance().unwrap();
+    assert!(db.destroy_work().unwrap().is_empty());
+    let w = db.mount_work("c1").unwrap();
+    assert_eq!(w[0].goal, Goal::Destroy);
+    db.agent_report(
+        "c1",
+        &AgentReport {
+            activation: a.id,
+            status: "unmounted".into(),
+            error: None,
+        },
+    )
+    .unwrap();
+    db.advance().unwrap();
+    let d = db.destroy_work().unwrap();
+    assert_eq!(d.len(), 1);
+    db.record_destroyed(d[0].fragment, Ok(())).unwrap();
+    db.advance().unwrap();
+    assert!(db.sessions(Viewer::Admin, None).unwrap().is_empty());
+    assert!(db.instances(Viewer::Admin, None).unwrap().is_empty());
+}
+
+#[test]
+fn refused_calls_blow_the_fuse_transient_ones_do_not() {
+    let mut db = db_with_nodes(&[("s0", 10 << 30)]);
+    let s = session(&mut db, "x1", 1000);
+    db.create_instance(Viewer::Admin, &plan(s, 1)).unwrap();
+    let f = db.fragment_work().unwrap()[0].fragment;
+    for _ in 0..20 {
+        db.record_fragment(f, Err(CallError::Transient("down".into())))
+            .unwrap();
+    }
+    assert_eq!(db.fragment_work().unwrap().len(), 1);
+    for _ in 0..FUSE_LIMIT {
+        db.record_fragment(f, Err(CallError::Refused("no".into())))
+            .unwrap();
+    }
+    assert!(db.fragment_work().unwrap().is_empty());
+    assert!(db.fragment(Viewer::Admin, f).unwrap().state.fuse_blown);
+}
