@@ -15,7 +15,7 @@ say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Packages the project (build), the tests (pytest suite, FUSE, network namespaces, loop
-# devices) and the benchmarks (fio, fs_mark, sqlite3, mkfs) need.
+# devices, MUNGE) and the benchmarks (fio, fs_mark, sqlite3, mkfs) need.
 PACKAGES=(
     build-essential pkg-config make gcc tar git curl ca-certificates
     libsqlite3-dev sqlite3
@@ -25,6 +25,7 @@ PACKAGES=(
     iproute2 procps psmisc
     python3 python3-pytest python3-hypothesis python3-pytest-timeout
     shellcheck
+    munge libmunge-dev
 )
 
 # ---------------------------------------------------------------- Debian packages
@@ -96,6 +97,51 @@ else
     die "user_allow_other missing from /etc/fuse.conf and not running as root"
 fi
 command -v fusermount3 >/dev/null || die "fusermount3 not found (package fuse3)"
+
+# ---------------------------------------------------------------- MUNGE
+# The manager authenticates callers, and storage servers the manager, with credentials
+# verified by the system munged (docs/auth.md): it must run and answer on its default
+# socket. The package's postinst makes the key but cannot start the daemon where
+# invoke-rc.d is denied (containers) and there is no systemd, so it is started here.
+MUNGE_SOCKET=/run/munge/munge.socket.2
+munge_answers() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+if munge_answers; then
+    say "munged answers on $MUNGE_SOCKET"
+else
+    [[ $EUID -eq 0 ]] || die "munged does not answer on $MUNGE_SOCKET and not running as root: start it as root"
+    id munge >/dev/null 2>&1 || die "no user 'munge': is the Debian package munge installed completely?"
+    # As the package's postinst does: the key belongs to munge and nobody else reads it
+    # (munged refuses to start otherwise).
+    if [[ ! -s /etc/munge/munge.key ]]; then
+        say "creating the MUNGE key /etc/munge/munge.key (mungekey)"
+        install -d -o munge -g munge -m 0700 /etc/munge
+        runuser -u munge -- mungekey --create --keyfile=/etc/munge/munge.key ||
+            die "mungekey could not create /etc/munge/munge.key"
+    fi
+    chown munge:munge /etc/munge/munge.key
+    chmod 0400 /etc/munge/munge.key
+    if [[ -d /run/systemd/system ]]; then
+        say "starting munged (systemctl)"
+        systemctl enable --now munge.service || die "systemctl could not start munge.service"
+    else
+        say "starting munged as user munge (no systemd)"
+        # The directories munged checks at start; the package makes all but /run/munge,
+        # which lives in a tmpfs. munged's socket directory must be executable by all.
+        install -d -o munge -g munge -m 0755 /run/munge
+        install -d -o munge -g munge -m 0700 /var/log/munge
+        install -d -o munge -g munge -m 0711 /var/lib/munge
+        # env -i: a system daemon, not a process of this run. scripts/test.sh stops, at
+        # its exit, every process whose environment carries its SPILLWAY_RUN_TAG.
+        env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin runuser -u munge -- /usr/sbin/munged ||
+            die "munged did not start: see /var/log/munge/munged.log"
+    fi
+    for _ in $(seq 50); do
+        munge_answers && break
+        sleep 0.2
+    done
+    munge_answers || die "munged does not answer on $MUNGE_SOCKET: see /var/log/munge/munged.log"
+    say "munged started and answers on $MUNGE_SOCKET"
+fi
 
 # ---------------------------------------------------------------- build
 if [[ "${SPILLWAY_SKIP_BUILD:-0}" == 1 ]]; then

@@ -19,6 +19,7 @@ import tempfile
 
 import pytest
 
+import munged as munged_helper
 import spwhelpers as H
 
 DEFAULT_TEST_TIMEOUT = int(os.environ.get("SPILLWAY_TEST_TIMEOUT", "300"))
@@ -100,6 +101,25 @@ def user2(users):
 def as_user():
     """as_user(uid, gid, fn, *args) -> fn's result, run in a forked child with those ids."""
     return H.as_user
+
+
+# --------------------------------------------------------------------------- MUNGE
+
+
+@pytest.fixture(scope="session")
+def munged():
+    """A private munged for the session (tests/munged.py): own key and socket in a 0755
+    directory under /tmp, so that any uid can reach it; .socket, .munge(), .unmunge()."""
+    d = tempfile.mkdtemp(prefix=H.BASE_PREFIX + "munged-")
+    try:
+        m = munged_helper.start_munged(d)
+    except Exception as e:
+        shutil.rmtree(d, ignore_errors=True)
+        pytest.fail(str(e), pytrace=False)
+    yield m
+    m.stop()
+    if not H.KEEP:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- clusters
