@@ -99,7 +99,8 @@ pub fn start_in_process(
     // Also resumes the purges a previous run left pending.
     let purger = purge::Purger::start(registry.clone(), waker, doorbell)
         .map_err(|e| format!("cannot start purge thread: {e}"))?;
-    let service = Arc::new(SpillwayService::new(registry.clone(), admin_key));
+    let munge = spillway_munge::Munge::new(tunables.munge_socket.clone());
+    let service = Arc::new(SpillwayService::new(registry.clone(), admin_key, munge));
     let wire = Server::start(listener, service, tunables.server_workers)
         .map_err(|e| format!("cannot start serving on {addr}: {e}"))?;
     tracing::info!(%addr, root = %root.display(), "storage server running");

@@ -48,6 +48,9 @@ pub struct Tunables {
     pub max_readahead: u32,
     /// Entries per readdir RPC page.
     pub readdir_page: u32,
+    /// munged's socket, for the manager's admin credential to servers (None: libmunge's
+    /// default, /run/munge/munge.socket.2).
+    pub munge_socket: Option<std::path::PathBuf>,
 }
 
 impl Default for Tunables {
@@ -66,6 +69,7 @@ impl Default for Tunables {
             max_write: 1 << 20,
             max_readahead: 4 << 20,
             readdir_page: 1024,
+            munge_socket: None,
         }
     }
 }
@@ -103,6 +107,7 @@ impl Tunables {
                 "max_write" => self.max_write = num()?.clamp(4096, 1 << 20) as u32,
                 "max_readahead" => self.max_readahead = num()?.clamp(4096, 64 << 20) as u32,
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,
+                "munge_socket" => self.munge_socket = Some(std::path::PathBuf::from(v)),
                 _ => return Err(format!("line {}: unknown tunable {k}", n + 1)),
             }
         }

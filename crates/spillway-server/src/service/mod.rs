@@ -20,14 +20,40 @@ use std::sync::Arc;
 pub struct SpillwayService {
     registry: Arc<Registry>,
     admin_key: Vec<u8>,
+    munge: spillway_munge::Munge,
 }
 
 impl SpillwayService {
-    pub fn new(registry: Arc<Registry>, admin_key: Vec<u8>) -> SpillwayService {
+    pub fn new(
+        registry: Arc<Registry>,
+        admin_key: Vec<u8>,
+        munge: spillway_munge::Munge,
+    ) -> SpillwayService {
         SpillwayService {
             registry,
             admin_key,
+            munge,
         }
+    }
+
+    /// An admin is whoever holds this server's admin key (the local tools), or root
+    /// anywhere in the MUNGE realm (the manager): munged refuses a replayed or expired
+    /// credential, so a captured handshake cannot be reused.
+    fn admin_credential_ok(&self, cred: &[u8], peer: SocketAddr) -> bool {
+        if cred.starts_with(b"MUNGE:") {
+            return match self.munge.decode_bytes(cred) {
+                Ok(c) if c.uid == 0 => true,
+                Ok(c) => {
+                    tracing::info!(%peer, uid = c.uid, "admin refused: MUNGE credential of a non-root user");
+                    false
+                }
+                Err(e) => {
+                    tracing::info!(%peer, "admin refused: MUNGE credential: {e}");
+                    false
+                }
+            };
+        }
+        ct_eq(cred, &self.admin_key)
     }
 }
 
@@ -43,7 +69,7 @@ impl Service for SpillwayService {
         }
         match req.role {
             role::ADMIN => {
-                if !ct_eq(&req.credential, &self.admin_key) {
+                if !self.admin_credential_ok(&req.credential, peer) {
                     return Err(Errno::EACCES);
                 }
                 tracing::debug!(%peer, name = %req.peer_name, "admin session");
