@@ -604,7 +604,7 @@ impl Db {
                 m
             }
             None => format!(
-                "{}/s{}/c{}",
+                "{}/s{}-c{}",
                 mount_root.trim_end_matches('/'),
                 a.session,
                 a.configuration
