@@ -44,6 +44,8 @@ pub struct UpArgs {
     pub node: String,
     pub munge_socket: Option<PathBuf>,
     pub policy: Option<String>,
+    /// Start the processes only: no pool, no nodes registered.
+    pub bare: bool,
 }
 
 fn state_path(dir: &Path) -> PathBuf {
@@ -243,6 +245,15 @@ pub fn up(a: UpArgs) -> Result<(), String> {
     site.manager_pid = Some(start_manager(dir)?);
     save(dir, &site)?;
     wait_manager(dir, site.manager_pid.unwrap_or(0))?;
+    if a.bare {
+        site.agent_pid = Some(start_agent(dir)?);
+        save(dir, &site)?;
+        println!(
+            "local site up (bare: no pool, no nodes) in {}",
+            dir.display()
+        );
+        return Ok(());
+    }
     let api = admin_api(dir)?;
     if let Err(e) = api.post::<_, serde_json::Value>(
         "/dw/v1/pools",

@@ -152,6 +152,9 @@ enum LocalCmd {
         /// Placement policy: bandwidth or isolation.
         #[arg(long)]
         policy: Option<String>,
+        /// Start the processes only: create no pool and register no server.
+        #[arg(long)]
+        bare: bool,
     },
     /// Unmount what the agent mounted, stop everything and (unless --keep-data)
     /// remove DIR.
@@ -258,6 +261,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             node,
             munge_socket,
             policy,
+            bare,
         } => local::up(local::UpArgs {
             dir,
             servers,
@@ -271,6 +275,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             }),
             munge_socket,
             policy,
+            bare,
         }),
         LocalCmd::Down { dir, keep_data } => local::down(&dir, keep_data),
         LocalCmd::Kill { dir, what, signal } => {
