@@ -11,7 +11,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../scripts/lib/common.sh"
 
 require_root
-BENCHES=(seq_io randwrite_fsync fsmark sqlite)
+BENCHES=(seq_io randwrite_fsync fsmark sqlite control_plane)
 BENCH_RESULTS="$(mktemp)"
 export BENCH_RESULTS
 trap 'rm -f "$BENCH_RESULTS"' EXIT
@@ -34,7 +34,8 @@ rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1]) if line.stri
 head = ["figure", "raw", "spillway", "ratio", "target", "result"]
 table = [head] + [
     [f, f"{raw} {unit}" if raw != "-" else "-", f"{sw} {unit}" if sw != "-" else "-",
-     f"{ratio}x" if ratio != "-" else "-", f">= {target}x" if target != "-" else "-", verdict]
+     f"{ratio}x" if ratio != "-" else "-",
+     target if target.startswith("<") or target == "-" else f">= {target}x", verdict]
     for f, unit, raw, sw, ratio, target, verdict in rows
 ]
 widths = [max(len(r[i]) for r in table) for i in range(len(head))]
