@@ -88,7 +88,7 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     Ok(())
 }
 
-fn free_port() -> Result<u16, String> {
+pub fn free_port() -> Result<u16, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
     l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
@@ -246,7 +246,7 @@ pub fn alive(pid: i32) -> bool {
     !matches!(state, Some('Z') | Some('X') | None)
 }
 
-fn stop_pid(pid: i32, first: i32) {
+pub fn stop_pid(pid: i32, first: i32) {
     // SAFETY: plain kill(2).
     unsafe { libc::kill(pid, first) };
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -385,7 +385,7 @@ pub fn up(a: UpArgs) -> Result<PathBuf, String> {
     Ok(mnt)
 }
 
-fn is_mounted(path: &Path) -> bool {
+pub fn is_mounted(path: &Path) -> bool {
     let Ok(m) = std::fs::read_to_string("/proc/self/mounts") else {
         return false;
     };

@@ -6,9 +6,15 @@
 //! * `spillway cluster` — a whole instance on this machine: up, down, status, and
 //!   killing/starting single servers for failure tests.
 //! * `spillway stripes` — where a file's stripes live.
+//! * `spillway manager` — the control plane (REST over HTTPS, reconcile loop).
+//! * `spillway agent`   — a compute node's agent (mounts activations).
+//! * `spillway tls init` — the site CA and the manager's certificate.
+//! * `spillway local`   — a whole site (manager, servers, agent) on this machine.
 
+mod agent;
 mod cluster;
 mod daemon;
+mod local;
 mod size;
 mod stripes;
 
@@ -76,6 +82,26 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Run the manager (until SIGTERM).
+    Manager {
+        #[arg(long, default_value = "/etc/spillway/manager.conf")]
+        config: PathBuf,
+    },
+    /// Run a compute node's agent (until killed).
+    Agent {
+        #[arg(long, default_value = "/etc/spillway/agent.conf")]
+        config: PathBuf,
+    },
+    /// The site's TLS certificates.
+    Tls {
+        #[command(subcommand)]
+        cmd: TlsCmd,
+    },
+    /// A whole site (manager, servers, agent) on this machine.
+    Local {
+        #[command(subcommand)]
+        cmd: LocalCmd,
+    },
     /// Set the stripe size and/or width of an empty file, or of a directory (the
     /// default for files created in it afterwards; subdirectories do not inherit).
     Setstripe {
@@ -86,6 +112,72 @@ enum Cmd {
         /// Number of servers the stripes rotate over (0: all).
         #[arg(long)]
         width: Option<u16>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TlsCmd {
+    /// Create DIR/{ca.pem,ca.key,manager.pem,manager.key} unless they exist.
+    Init {
+        #[arg(long, default_value = "/etc/spillway/tls")]
+        dir: PathBuf,
+        /// Extra host names or addresses the manager's certificate is valid for.
+        #[arg(long = "name")]
+        names: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum LocalCmd {
+    /// Start a manager, N storage servers and an agent for this machine.
+    Up {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 2)]
+        servers: u16,
+        /// Bytes each server offers, e.g. 8GiB.
+        #[arg(long, default_value = "8GiB")]
+        server_capacity: String,
+        #[arg(long, default_value = "wlm_pool")]
+        pool: String,
+        /// Allocation granularity of the pool, e.g. 1GiB.
+        #[arg(long, default_value = "1GiB")]
+        granularity: String,
+        /// This machine's name as a compute node (default: the host name).
+        #[arg(long)]
+        node: Option<String>,
+        /// munged's socket (default: the system's).
+        #[arg(long)]
+        munge_socket: Option<PathBuf>,
+        /// Placement policy: bandwidth or isolation.
+        #[arg(long)]
+        policy: Option<String>,
+        /// Start the processes only: create no pool and register no server.
+        #[arg(long)]
+        bare: bool,
+    },
+    /// Unmount what the agent mounted, stop everything and (unless --keep-data)
+    /// remove DIR.
+    Down {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        keep_data: bool,
+    },
+    /// Stop one part: manager, agent or serverK (failure tests).
+    Kill {
+        #[arg(long)]
+        dir: PathBuf,
+        what: String,
+        /// KILL or TERM.
+        #[arg(long, default_value = "KILL")]
+        signal: String,
+    },
+    /// Start a stopped part again.
+    Start {
+        #[arg(long)]
+        dir: PathBuf,
+        what: String,
     },
 }
 
@@ -155,6 +247,47 @@ fn init_logging(level: &str) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
+    use spillway_api::size::parse_size;
+    match cmd {
+        LocalCmd::Up {
+            dir,
+            servers,
+            server_capacity,
+            pool,
+            granularity,
+            node,
+            munge_socket,
+            policy,
+            bare,
+        } => local::up(local::UpArgs {
+            dir,
+            servers,
+            server_capacity: parse_size(&server_capacity)?,
+            pool,
+            granularity: parse_size(&granularity)?,
+            node: node.unwrap_or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_else(|_| "localhost".into())
+            }),
+            munge_socket,
+            policy,
+            bare,
+        }),
+        LocalCmd::Down { dir, keep_data } => local::down(&dir, keep_data),
+        LocalCmd::Kill { dir, what, signal } => {
+            let sig = match signal.as_str() {
+                "KILL" => libc::SIGKILL,
+                "TERM" => libc::SIGTERM,
+                s => return Err(format!("--signal {s}: KILL or TERM")),
+            };
+            local::kill(&dir, &what, sig)
+        }
+        LocalCmd::Start { dir, what } => local::start(&dir, &what),
+    }
 }
 
 fn load_tunables(path: &Option<PathBuf>) -> Result<Tunables, String> {
@@ -229,6 +362,38 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Cmd::Umount { mountpoint } => cluster::unmount(&mountpoint, None),
         Cmd::Cluster { cmd } => cluster_cmd(cmd),
+        Cmd::Manager { config } => {
+            init_logging(&cli.log_level);
+            let cfg = spillway_manager::ManagerConfig::load(&config)?;
+            let munge = spillway_munge::Munge::new(cfg.munge_socket.clone());
+            let verifier = Box::new(spillway_manager::auth::MungeVerifier(munge.clone()));
+            let admin: spillway_manager::reconcile::servers::AdminCredential =
+                std::sync::Arc::new(move || {
+                    munge
+                        .encode(b"")
+                        .map(String::into_bytes)
+                        .map_err(|e| format!("MUNGE: {e}"))
+                });
+            spillway_manager::run(cfg, verifier, admin)
+        }
+        Cmd::Agent { config } => {
+            init_logging(&cli.log_level);
+            agent::run(agent::AgentConfig::load(&config)?)
+        }
+        Cmd::Tls {
+            cmd: TlsCmd::Init { dir, names },
+        } => {
+            if spillway_manager::tls::init(&dir, &names)? {
+                println!(
+                    "created {}/{{ca.pem,ca.key,manager.pem,manager.key}}",
+                    dir.display()
+                );
+            } else {
+                println!("{} already holds certificates: kept", dir.display());
+            }
+            Ok(())
+        }
+        Cmd::Local { cmd } => local_cmd(cmd),
         Cmd::Stripes { path, json } => stripes::show(&path, json),
         Cmd::Setstripe { path, size, width } => {
             if size.is_none() && width.is_none() {

@@ -26,6 +26,18 @@ pub trait Verifier: Send + Sync {
     fn decode(&self, cred: &str) -> Result<(u32, u32), String>;
 }
 
+/// The real verifier: munged decodes (and refuses replayed, expired, forged ones).
+pub struct MungeVerifier(pub spillway_munge::Munge);
+
+impl Verifier for MungeVerifier {
+    fn decode(&self, cred: &str) -> Result<(u32, u32), String> {
+        self.0
+            .decode(cred)
+            .map(|c| (c.uid, c.gid))
+            .map_err(|e| e.to_string())
+    }
+}
+
 pub struct Auth {
     verifier: Box<dyn Verifier>,
     admin_group: Option<String>,

@@ -38,11 +38,21 @@ impl ApiErr {
     /// A JSON body serde refused. For an unknown enum value the valid ones are listed
     /// in `choices` (serde says "expected one of `a`, `b`").
     pub fn from_json(e: &str) -> ApiErr {
-        let choices = e.split("expected one of ").nth(1).map(|rest| {
-            rest.split(',')
-                .filter_map(|c| c.trim().split('`').nth(1).map(String::from))
-                .collect::<Vec<_>>()
-        });
+        // serde lists the valid values as "expected one of `a`, `b`, `c`" or, for two,
+        // "expected `a` or `b`".
+        let choices = e
+            .split_once("unknown variant")
+            .or_else(|| e.split_once("unknown field"))
+            .and_then(|(_, rest)| rest.split_once("expected "))
+            .map(|(_, list)| {
+                let list = list.strip_prefix("one of ").unwrap_or(list);
+                let list = list.split(" at line ").next().unwrap_or(list);
+                list.split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            });
         ApiErr {
             status: StatusCode::BAD_REQUEST,
             message: format!("invalid request body: {e}"),
@@ -93,5 +103,15 @@ mod tests {
             a.choices,
             Some(vec!["scratch".into(), "cache".into(), "swap".into()])
         );
+        let e = serde_json::from_str::<spillway_api::NewInstance>(
+            r#"{"session":1,"capacity":1,"policy":"fast"}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            ApiErr::from_json(&e).choices,
+            Some(vec!["bandwidth".into(), "isolation".into()])
+        );
+        assert_eq!(ApiErr::from_json("expected value at line 1").choices, None);
     }
 }

@@ -604,7 +604,7 @@ impl Db {
                 m
             }
             None => format!(
-                "{}/s{}/c{}",
+                "{}/s{}-c{}",
                 mount_root.trim_end_matches('/'),
                 a.session,
                 a.configuration
@@ -708,10 +708,15 @@ fn check_address(a: &str) -> DbResult<()> {
 fn check_mount(m: &str) -> DbResult<String> {
     let bad = || {
         DbError::Invalid(format!(
-            "invalid mount point {m:?}: an absolute path without . or .. components"
+            "invalid mount point {m:?}: an absolute path of A-Z a-z 0-9 _ . - / without . or .. components"
         ))
     };
-    if !m.starts_with('/') || m.len() > 1024 || m.contains('\0') {
+    // Plain characters only: mount tables escape others, and the agent (root) must
+    // find the mount again by its path.
+    let plain = m
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_.-/".contains(&b));
+    if !m.starts_with('/') || m.len() > 1024 || !plain {
         return Err(bad());
     }
     let parts: Vec<&str> = m.split('/').skip(1).collect();

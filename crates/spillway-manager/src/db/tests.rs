@@ -203,7 +203,7 @@ fn destroy_cascades_once_servers_and_agents_are_done() {
             "/var/opt/spillway/mounts",
         )
         .unwrap();
-    assert_eq!(a.mount, format!("/var/opt/spillway/mounts/s{s}/c{}", c.id));
+    assert_eq!(a.mount, format!("/var/opt/spillway/mounts/s{s}-c{}", c.id));
     // Build: fragment, then configuration, then the agent mounts.
     let f = db.fragment_work().unwrap();
     assert_eq!(f.len(), 1);

@@ -85,14 +85,17 @@ impl Loop {
 
     /// One pass toward every goal. Returns whether more work is pending right away.
     pub fn pass(&self) -> Result<(), crate::db::DbError> {
+        // The fingerprint is taken before the first roll-up: a cascade that roll-up
+        // makes (a session's destroy reaching its activations) is news for agents.
         let (build, destroy, configs, before) = {
             let mut db = lock(&self.db);
+            let before = db.fingerprint()?;
             db.advance()?;
             (
                 db.fragment_work()?,
                 db.destroy_work()?,
                 db.config_work()?,
-                db.fingerprint()?,
+                before,
             )
         };
         if !build.is_empty() || !destroy.is_empty() || !configs.is_empty() {

@@ -1,0 +1,348 @@
+//! The agent on a compute node: asks the manager (long poll) which activations its node
+//! must have mounted, mounts them with the FUSE client at their per-session path,
+//! unmounts what is no longer wanted, and reports each outcome, failures included.
+//!
+//! Capabilities never reach users: each instance descriptor (with its capability) is a
+//! root-only file under the agent's state directory (mode 0700 dir, 0600 file) read by
+//! the root-owned client process; rewriting it renews the capability in place.
+
+use crate::cluster::{is_mounted, unmount};
+use spillway_api::config::{self, ClientConfig};
+use spillway_api::{AgentHello, AgentMount, AgentReport, AgentWork, ApiClient, Goal};
+use std::collections::HashMap;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub struct AgentConfig {
+    pub client: ClientConfig,
+    /// This node's name as sessions list it.
+    pub node: String,
+    pub state_dir: PathBuf,
+    /// Source addresses of this node's mounts (empty: as the manager sees the agent).
+    pub addresses: Vec<String>,
+    /// Tunables file for the mounts.
+    pub tunables: Option<PathBuf>,
+}
+
+const KEYS: &[&str] = &[
+    "manager_url",
+    "ca_file",
+    "munge_socket",
+    "node",
+    "state_dir",
+    "addresses",
+    "tunables",
+];
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+impl AgentConfig {
+    pub fn load(path: &Path) -> Result<AgentConfig, String> {
+        let m = config::read(path, KEYS)?;
+        let client = ClientConfig::from_map(&m).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(AgentConfig {
+            client,
+            node: m.get("node").cloned().unwrap_or_else(hostname),
+            state_dir: PathBuf::from(
+                m.get("state_dir")
+                    .map(String::as_str)
+                    .unwrap_or("/var/lib/spillway/agent"),
+            ),
+            addresses: m
+                .get("addresses")
+                .map(|a| {
+                    a.split(',')
+                        .map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            tunables: m.get("tunables").map(PathBuf::from),
+        })
+    }
+}
+
+/// An API client with a fresh MUNGE credential per request.
+pub fn api_client(c: &ClientConfig, timeout: Duration) -> Result<ApiClient, String> {
+    let munge = spillway_munge::Munge::new(c.munge_socket.clone());
+    ApiClient::new(
+        &c.manager_url,
+        &c.ca_file,
+        Box::new(move || munge.encode(b"").map_err(|e| format!("MUNGE: {e}"))),
+        timeout,
+    )
+    .map_err(|e| e.to_string())
+}
+
+struct Agent {
+    cfg: AgentConfig,
+    api: ApiClient,
+    /// What the manager last heard from us, per activation.
+    reported: HashMap<u64, String>,
+    /// Failed mounts are retried after a pause, not in a tight loop.
+    failed_at: HashMap<u64, Instant>,
+}
+
+const RETRY_FAILED: Duration = Duration::from_secs(5);
+const POLL_WAIT_SECS: u64 = 20;
+
+impl Agent {
+    fn desc_path(&self, activation: u64) -> PathBuf {
+        self.cfg
+            .state_dir
+            .join(format!("activation-{activation}.json"))
+    }
+    fn pid_path(&self, activation: u64) -> PathBuf {
+        self.cfg
+            .state_dir
+            .join(format!("activation-{activation}.pid"))
+    }
+    fn log_path(&self, activation: u64) -> PathBuf {
+        self.cfg
+            .state_dir
+            .join(format!("activation-{activation}.log"))
+    }
+    fn mount_path(&self, activation: u64) -> PathBuf {
+        self.cfg
+            .state_dir
+            .join(format!("activation-{activation}.mount"))
+    }
+
+    fn report(&mut self, activation: u64, status: &str, error: Option<String>) {
+        if self.reported.get(&activation).map(String::as_str) == Some(status) && error.is_none() {
+            return;
+        }
+        let r = AgentReport {
+            activation,
+            status: status.into(),
+            error,
+        };
+        match self
+            .api
+            .post::<_, serde_json::Value>(&format!("/dw/v1/agents/{}/reports", self.cfg.node), &r)
+        {
+            Ok(_) => {
+                self.reported.insert(activation, status.into());
+            }
+            Err(e) => tracing::warn!(activation, "cannot report {status}: {e}"),
+        }
+    }
+
+    /// Write `text` to `path` (0600) unless it already holds it.
+    fn write_private(path: &Path, text: &str) -> Result<(), String> {
+        if std::fs::read_to_string(path).ok().as_deref() == Some(text) {
+            return Ok(());
+        }
+        let tmp = path.with_extension("tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        use std::io::Write;
+        f.write_all(text.as_bytes())
+            .and_then(|()| f.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn mount(&mut self, m: &AgentMount) -> Result<(), String> {
+        let desc = m.descriptor.as_deref().ok_or("no descriptor")?;
+        let desc_path = self.desc_path(m.activation);
+        // Always (re)written: a renewed capability reaches the client on its next connect.
+        Self::write_private(&desc_path, desc)?;
+        Self::write_private(&self.mount_path(m.activation), &m.mount)?;
+        let mnt = Path::new(&m.mount);
+        if is_mounted(mnt) {
+            return Ok(());
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(mnt)
+            .map_err(|e| format!("cannot create mount point {}: {e}", mnt.display()))?;
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("mount")
+            .arg("--instance")
+            .arg(&desc_path)
+            .arg("--log")
+            .arg(self.log_path(m.activation))
+            .arg("--pidfile")
+            .arg(self.pid_path(m.activation));
+        if let Some(t) = &self.cfg.tunables {
+            cmd.arg("--tunables").arg(t);
+        }
+        let out = cmd.arg(mnt).output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount of {} failed: {}",
+                mnt.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+
+    fn unmount(&mut self, activation: u64, mount: &str) -> Result<(), String> {
+        let mnt = Path::new(mount);
+        unmount(mnt, Some(&self.pid_path(activation)))?;
+        if is_mounted(mnt) {
+            return Err(format!("{} is still mounted", mnt.display()));
+        }
+        let _ = std::fs::remove_dir(mnt);
+        for p in [
+            self.desc_path(activation),
+            self.mount_path(activation),
+            self.log_path(activation),
+        ] {
+            let _ = std::fs::remove_file(p);
+        }
+        Ok(())
+    }
+
+    /// Activations this agent holds on disk (from earlier passes or an earlier run).
+    fn held(&self) -> Vec<(u64, String)> {
+        let mut out = Vec::new();
+        let Ok(rd) = std::fs::read_dir(&self.cfg.state_dir) else {
+            return out;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(id) = name
+                .strip_prefix("activation-")
+                .and_then(|r| r.strip_suffix(".mount"))
+                .and_then(|r| r.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if let Ok(m) = std::fs::read_to_string(e.path()) {
+                out.push((id, m));
+            }
+        }
+        out
+    }
+
+    fn apply(&mut self, work: &AgentWork) {
+        for m in &work.mounts {
+            match m.goal {
+                Goal::Create => {
+                    if let Some(t) = self.failed_at.get(&m.activation) {
+                        if t.elapsed() < RETRY_FAILED {
+                            continue;
+                        }
+                    }
+                    match self.mount(m) {
+                        Ok(()) => {
+                            self.failed_at.remove(&m.activation);
+                            self.report(m.activation, "mounted", None);
+                        }
+                        Err(e) => {
+                            tracing::warn!(activation = m.activation, "{e}");
+                            self.failed_at.insert(m.activation, Instant::now());
+                            self.reported.remove(&m.activation);
+                            self.report(m.activation, "failed", Some(e));
+                        }
+                    }
+                }
+                Goal::Destroy => match self.unmount(m.activation, &m.mount) {
+                    Ok(()) => self.report(m.activation, "unmounted", None),
+                    Err(e) => {
+                        tracing::warn!(activation = m.activation, "{e}");
+                        self.reported.remove(&m.activation);
+                        self.report(m.activation, "failed", Some(e));
+                    }
+                },
+            }
+        }
+        self.failed_at
+            .retain(|id, _| work.mounts.iter().any(|m| m.activation == *id));
+        // Whatever we hold that the manager no longer lists goes (an activation deleted
+        // while we were mounting it, or one from before a restart).
+        for (id, mount) in self.held() {
+            if !work.mounts.iter().any(|m| m.activation == id) {
+                tracing::info!(activation = id, mount, "no longer wanted: unmounting");
+                if let Err(e) = self.unmount(id, &mount) {
+                    tracing::warn!(activation = id, "{e}");
+                }
+                self.reported.remove(&id);
+            }
+        }
+    }
+}
+
+/// Run until killed.
+pub fn run(cfg: AgentConfig) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&cfg.state_dir)
+        .map_err(|e| format!("cannot create {}: {e}", cfg.state_dir.display()))?;
+    std::fs::set_permissions(&cfg.state_dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("{}: {e}", cfg.state_dir.display()))?;
+    let api = api_client(&cfg.client, Duration::from_secs(POLL_WAIT_SECS + 15))?;
+    let mut agent = Agent {
+        cfg,
+        api,
+        reported: HashMap::new(),
+        failed_at: HashMap::new(),
+    };
+    let node = agent.cfg.node.clone();
+    let mut version: Option<u64> = None;
+    let mut said_hello = false;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        if !said_hello {
+            let hello = AgentHello {
+                addresses: agent.cfg.addresses.clone(),
+            };
+            match agent
+                .api
+                .put::<_, serde_json::Value>(&format!("/dw/v1/agents/{node}"), &hello)
+            {
+                Ok(v) => {
+                    tracing::info!("registered with the manager as {node}: {v}");
+                    said_hello = true;
+                }
+                Err(e) => {
+                    tracing::warn!("cannot register with the manager: {e}");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            }
+        }
+        let path = match version {
+            Some(v) => format!("/dw/v1/agents/{node}/work?version={v}&wait={POLL_WAIT_SECS}"),
+            None => format!("/dw/v1/agents/{node}/work"),
+        };
+        match agent.api.get::<AgentWork>(&path) {
+            Ok(work) => {
+                backoff = Duration::from_millis(200);
+                agent.apply(&work);
+                // A failed mount is retried after its pause even if nothing changes.
+                version = if agent.failed_at.is_empty() {
+                    Some(work.version)
+                } else {
+                    std::thread::sleep(Duration::from_millis(500));
+                    None
+                };
+            }
+            Err(e) => {
+                tracing::warn!("manager: {e}");
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                version = None;
+                said_hello = false;
+            }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! `spillway local`: a whole site on this machine — the manager, N storage servers and
+//! one agent (this machine as compute node), each a real process talking real HTTPS and
+//! TCP, authenticated with the real munged. What the README's demo and the control-plane
+//! tests run.
+//!
+//! Layout of DIR: `tls/` (site CA, manager certificate), `manager.conf`, `agent.conf`,
+//! `spillway.conf` (for dwstat/dwcli: `SPILLWAY_CONFIG=DIR/spillway.conf`),
+//! `server.tunables`, `servers/sK/` (storage roots), `manager/` (database), `agent/`
+//! (descriptors), `mounts/` (mount root), `logs/`, `local.json` (ports and pids).
+
+use crate::agent::api_client;
+use crate::cluster::{alive, free_port, is_mounted, stop_pid, unmount};
+use serde::{Deserialize, Serialize};
+use spillway_api::config::ClientConfig;
+use spillway_api::{ApiClient, NewNode, NewPool, Node};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct LocalServer {
+    pub name: String,
+    pub listen: String,
+    pub root: PathBuf,
+    pub pid: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct LocalSite {
+    pub manager_listen: String,
+    pub manager_pid: Option<i32>,
+    pub agent_pid: Option<i32>,
+    pub node: String,
+    pub servers: Vec<LocalServer>,
+}
+
+pub struct UpArgs {
+    pub dir: PathBuf,
+    pub servers: u16,
+    pub server_capacity: u64,
+    pub pool: String,
+    pub granularity: u64,
+    pub node: String,
+    pub munge_socket: Option<PathBuf>,
+    pub policy: Option<String>,
+    /// Start the processes only: no pool, no nodes registered.
+    pub bare: bool,
+}
+
+fn state_path(dir: &Path) -> PathBuf {
+    dir.join("local.json")
+}
+
+pub fn load(dir: &Path) -> Result<LocalSite, String> {
+    let p = state_path(dir);
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+fn save(dir: &Path, s: &LocalSite) -> Result<(), String> {
+    let p = state_path(dir);
+    let tmp = p.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(s).unwrap_or_default())
+        .and_then(|()| std::fs::rename(&tmp, &p))
+        .map_err(|e| format!("{}: {e}", p.display()))
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Start `spillway <args>` in its own session with output to `logs/<name>.log`.
+fn spawn(dir: &Path, name: &str, args: &[&std::ffi::OsStr]) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let log_path = dir.join("logs").join(format!("{name}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.args(args).stdin(Stdio::null()).stdout(log).stderr(log2);
+    // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {name}: {e}"))?;
+    Ok(child.id() as i32)
+}
+
+fn client_config(dir: &Path) -> Result<ClientConfig, String> {
+    ClientConfig::load(&dir.join("spillway.conf"))
+}
+
+fn admin_api(dir: &Path) -> Result<ApiClient, String> {
+    api_client(&client_config(dir)?, Duration::from_secs(10))
+}
+
+fn start_server(dir: &Path, s: &LocalServer) -> Result<i32, String> {
+    std::fs::create_dir_all(&s.root).map_err(|e| format!("{}: {e}", s.root.display()))?;
+    let tun = dir.join("server.tunables");
+    spawn(
+        dir,
+        &s.name,
+        &[
+            "server".as_ref(),
+            "--root".as_ref(),
+            s.root.as_os_str(),
+            "--listen".as_ref(),
+            s.listen.as_ref(),
+            "--tunables".as_ref(),
+            tun.as_os_str(),
+        ],
+    )
+}
+
+fn start_manager(dir: &Path) -> Result<i32, String> {
+    let conf = dir.join("manager.conf");
+    spawn(
+        dir,
+        "manager",
+        &["manager".as_ref(), "--config".as_ref(), conf.as_os_str()],
+    )
+}
+
+fn start_agent(dir: &Path) -> Result<i32, String> {
+    let conf = dir.join("agent.conf");
+    spawn(
+        dir,
+        "agent",
+        &["agent".as_ref(), "--config".as_ref(), conf.as_os_str()],
+    )
+}
+
+/// Wait until the manager answers over HTTPS (as root, so MUNGE works too).
+fn wait_manager(dir: &Path, pid: i32) -> Result<(), String> {
+    let api = admin_api(dir)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match api.get::<serde_json::Value>("/dw/v1/pools") {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                if !alive(pid) {
+                    return Err(format!(
+                        "the manager exited at start; see {}",
+                        dir.join("logs/manager.log").display()
+                    ));
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("the manager does not answer: {e}"));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn up(a: UpArgs) -> Result<(), String> {
+    let dir = &a.dir;
+    if state_path(dir).exists() {
+        return Err(format!(
+            "{} already holds a local site: `spillway local down --dir {}` first",
+            dir.display(),
+            dir.display()
+        ));
+    }
+    if a.servers == 0 {
+        return Err("--servers must be at least 1".into());
+    }
+    for sub in ["logs", "servers", "manager", "agent", "mounts"] {
+        std::fs::create_dir_all(dir.join(sub)).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let dir = &std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    spillway_manager::tls::init(&dir.join("tls"), &[])?;
+    let munge_line = a
+        .munge_socket
+        .as_ref()
+        .map(|s| format!("munge_socket = {}\n", s.display()))
+        .unwrap_or_default();
+    let mport = free_port()?;
+    let manager_listen = format!("127.0.0.1:{mport}");
+    write(
+        &dir.join("manager.conf"),
+        &format!(
+            "# spillway local site: manager\nlisten = {manager_listen}\nstate_dir = {}\n\
+             tls_cert = {}\ntls_key = {}\nmount_root = {}\ndefault_pool = {}\n\
+             heartbeat_interval = 1s\nnode_timeout = 3s\n{}{munge_line}",
+            dir.join("manager").display(),
+            dir.join("tls/manager.pem").display(),
+            dir.join("tls/manager.key").display(),
+            dir.join("mounts").display(),
+            a.pool,
+            a.policy
+                .as_ref()
+                .map(|p| format!("policy = {p}\n"))
+                .unwrap_or_default(),
+        ),
+    )?;
+    write(
+        &dir.join("spillway.conf"),
+        &format!(
+            "# spillway local site: where dwstat/dwcli/dw_wlm_cli find the manager\n\
+             manager_url = https://{manager_listen}\nca_file = {}\n{munge_line}",
+            dir.join("tls/ca.pem").display()
+        ),
+    )?;
+    write(
+        &dir.join("agent.conf"),
+        &format!(
+            "# spillway local site: this machine's agent\nmanager_url = https://{manager_listen}\n\
+             ca_file = {}\nnode = {}\nstate_dir = {}\n{munge_line}",
+            dir.join("tls/ca.pem").display(),
+            a.node,
+            dir.join("agent").display()
+        ),
+    )?;
+    write(&dir.join("server.tunables"), &munge_line)?;
+    let mut site = LocalSite {
+        manager_listen,
+        manager_pid: None,
+        agent_pid: None,
+        node: a.node.clone(),
+        servers: Vec::new(),
+    };
+    for k in 0..a.servers {
+        let s = LocalServer {
+            name: format!("server{k}"),
+            listen: format!("127.0.0.1:{}", free_port()?),
+            root: dir.join("servers").join(format!("s{k}")),
+            pid: None,
+        };
+        site.servers.push(s);
+    }
+    for i in 0..site.servers.len() {
+        let pid = start_server(dir, &site.servers[i])?;
+        site.servers[i].pid = Some(pid);
+    }
+    site.manager_pid = Some(start_manager(dir)?);
+    save(dir, &site)?;
+    wait_manager(dir, site.manager_pid.unwrap_or(0))?;
+    if a.bare {
+        site.agent_pid = Some(start_agent(dir)?);
+        save(dir, &site)?;
+        println!(
+            "local site up (bare: no pool, no nodes) in {}",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let api = admin_api(dir)?;
+    if let Err(e) = api.post::<_, serde_json::Value>(
+        "/dw/v1/pools",
+        &NewPool {
+            id: a.pool.clone(),
+            granularity: a.granularity,
+            units: None,
+        },
+    ) {
+        return Err(format!("cannot create pool {}: {e}", a.pool));
+    }
+    for s in &site.servers {
+        api.post::<_, serde_json::Value>(
+            "/dw/v1/nodes",
+            &NewNode {
+                id: s.name.clone(),
+                address: s.listen.clone(),
+                pool: Some(a.pool.clone()),
+                capacity: Some(a.server_capacity),
+            },
+        )
+        .map_err(|e| format!("cannot register {}: {e}", s.name))?;
+    }
+    // Servers count once their first heartbeat is in.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let nodes: serde_json::Value = api.get("/dw/v1/nodes").map_err(|e| e.to_string())?;
+        let nodes: Vec<Node> =
+            serde_json::from_value(nodes["nodes"].clone()).map_err(|e| e.to_string())?;
+        if nodes.iter().all(|n| n.online) {
+            break;
+        }
+        if Instant::now() > deadline {
+            let down: Vec<_> = nodes.iter().filter(|n| !n.online).map(|n| &n.id).collect();
+            return Err(format!(
+                "servers not online after 30 s: {down:?}; see {}/logs",
+                dir.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    site.agent_pid = Some(start_agent(dir)?);
+    save(dir, &site)?;
+    println!("local site up in {}", dir.display());
+    println!("  manager  https://{}", site.manager_listen);
+    for s in &site.servers {
+        println!("  {}  {}  {}", s.name, s.listen, s.root.display());
+    }
+    println!("  agent    node {}", site.node);
+    println!(
+        "use it: export SPILLWAY_CONFIG={}/spillway.conf; dwstat most",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Stop one part (`manager`, `agent`, `serverK`) with `signal`.
+pub fn kill(dir: &Path, what: &str, signal: i32) -> Result<(), String> {
+    let mut site = load(dir)?;
+    let pid = match what {
+        "manager" => site.manager_pid.take(),
+        "agent" => site.agent_pid.take(),
+        name => site
+            .servers
+            .iter_mut()
+            .find(|s| s.name == name)
+            .ok_or_else(|| format!("no part {name:?} (manager, agent, server0..)"))?
+            .pid
+            .take(),
+    };
+    if let Some(pid) = pid {
+        stop_pid(pid, signal);
+    }
+    save(dir, &site)
+}
+
+/// Start one stopped part again with its configuration.
+pub fn start(dir: &Path, what: &str) -> Result<(), String> {
+    let dir = &std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut site = load(dir)?;
+    match what {
+        "manager" => {
+            if site.manager_pid.is_some_and(alive) {
+                return Err("the manager is running".into());
+            }
+            let pid = start_manager(dir)?;
+            site.manager_pid = Some(pid);
+            save(dir, &site)?;
+            wait_manager(dir, pid)?;
+        }
+        "agent" => {
+            if site.agent_pid.is_some_and(alive) {
+                return Err("the agent is running".into());
+            }
+            site.agent_pid = Some(start_agent(dir)?);
+        }
+        name => {
+            let i = site
+                .servers
+                .iter()
+                .position(|s| s.name == name)
+                .ok_or_else(|| format!("no part {name:?} (manager, agent, server0..)"))?;
+            if site.servers[i].pid.is_some_and(alive) {
+                return Err(format!("{name} is running"));
+            }
+            site.servers[i].pid = Some(start_server(dir, &site.servers[i])?);
+        }
+    }
+    save(dir, &site)
+}
+
+pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {
+    let site = load(dir)?;
+    // The agent first, so it does not remount what we take down.
+    if let Some(pid) = site.agent_pid {
+        stop_pid(pid, libc::SIGTERM);
+    }
+    // Mounts the agent left.
+    let agent_dir = dir.join("agent");
+    if let Ok(rd) = std::fs::read_dir(&agent_dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(id) = name
+                .strip_prefix("activation-")
+                .and_then(|r| r.strip_suffix(".mount"))
+            {
+                if let Ok(m) = std::fs::read_to_string(e.path()) {
+                    let pid = agent_dir.join(format!("activation-{id}.pid"));
+                    if is_mounted(Path::new(&m)) {
+                        if let Err(err) = unmount(Path::new(&m), Some(&pid)) {
+                            eprintln!("spillway: {m}: {err}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(pid) = site.manager_pid {
+        stop_pid(pid, libc::SIGTERM);
+    }
+    for s in &site.servers {
+        if let Some(pid) = s.pid {
+            stop_pid(pid, libc::SIGTERM);
+        }
+    }
+    if keep_data {
+        let _ = std::fs::remove_file(state_path(dir));
+        return Ok(());
+    }
+    // Never recurse into a live mount: that would delete an instance's files through it.
+    let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let prefix = format!("{}/", canon.display());
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    if let Some(m) = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .find(|m| m.starts_with(&prefix))
+    {
+        return Err(format!(
+            "{m} is still mounted: not removing {}",
+            dir.display()
+        ));
+    }
+    {
+        std::fs::remove_dir_all(dir)
+            .map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,146 @@
+"""A local Spillway site (`spillway local up`): manager, storage servers and an agent as
+real processes, HTTPS with the site CA, MUNGE from the session's private munged.
+
+    site = LocalSite(binary, directory, munged, servers=3)
+    site.up()
+    site.api("POST", "/dw/v1/sessions", {...})            # as root (admin)
+    site.api("GET", "/dw/v1/sessions", as_user="spwtest")  # as that user
+    site.kill("server1"); site.start("server1"); site.down()
+"""
+
+import json
+import os
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+
+class ApiError(Exception):
+    def __init__(self, status, body):
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+        self.body = body
+
+
+class LocalSite:
+    def __init__(self, binary, directory, munged, servers=2, server_capacity="8GiB",
+                 granularity="1GiB", node="compute0", bare=False, policy=None):
+        self.bin = binary
+        self.dir = directory
+        self.munged = munged
+        self.servers = servers
+        self.server_capacity = server_capacity
+        self.granularity = granularity
+        self.node = node
+        self.bare = bare
+        self.policy = policy
+        self._ctx = None
+
+    # ------------------------------------------------------------------ processes
+    def run(self, *args, check=True, timeout=120):
+        r = subprocess.run([self.bin, *args], capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"spillway {' '.join(args)}: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def up(self):
+        args = ["local", "up", "--dir", self.dir, "--servers", str(self.servers),
+                "--server-capacity", self.server_capacity, "--granularity", self.granularity,
+                "--node", self.node, "--munge-socket", self.munged.socket]
+        if self.bare:
+            args.append("--bare")
+        if self.policy:
+            args += ["--policy", self.policy]
+        self.run(*args)
+        return self
+
+    def down(self):
+        if os.path.exists(os.path.join(self.dir, "local.json")):
+            self.run("local", "down", "--dir", self.dir, check=False)
+
+    def kill(self, what, signal="KILL"):
+        self.run("local", "kill", "--dir", self.dir, what, "--signal", signal)
+
+    def start(self, what):
+        self.run("local", "start", "--dir", self.dir, what)
+
+    def state(self):
+        with open(os.path.join(self.dir, "local.json")) as f:
+            return json.load(f)
+
+    @property
+    def url(self):
+        return "https://" + self.state()["manager_listen"]
+
+    @property
+    def config(self):
+        return os.path.join(self.dir, "spillway.conf")
+
+    def log(self, name):
+        try:
+            with open(os.path.join(self.dir, "logs", f"{name}.log")) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    # ------------------------------------------------------------------ the API
+    def cred(self, as_user=None):
+        return self.munged.munge(as_user=as_user)
+
+    def request(self, method, path, body=None, as_user=None, cred=None, raw=None, headers=None):
+        """(status, parsed JSON body) without raising on error statuses."""
+        if self._ctx is None:
+            self._ctx = ssl.create_default_context(cafile=os.path.join(self.dir, "tls", "ca.pem"))
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        h = {"Content-Type": "application/json"}
+        if cred is not False:
+            h["Authorization"] = f"MUNGE cred={cred if cred is not None else self.cred(as_user)}"
+        h.update(headers or {})
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=h)
+        try:
+            with urllib.request.urlopen(req, context=self._ctx, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            text = e.read()
+            try:
+                return e.code, json.loads(text)
+            except ValueError:
+                return e.code, {"error": text.decode(errors="replace")}
+
+    def api(self, method, path, body=None, as_user=None):
+        status, out = self.request(method, path, body, as_user=as_user)
+        if status >= 400:
+            raise ApiError(status, out)
+        return out
+
+    def wait(self, fn, what, timeout=20.0, interval=0.1):
+        """Poll fn() until it returns something truthy."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = fn()
+            if last:
+                return last
+            time.sleep(interval)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+    def wait_state(self, kind, ident, actualized=True, goal="create", timeout=20.0):
+        def check():
+            status, o = self.request("GET", f"/dw/v1/{kind}/{ident}")
+            return status == 200 and o["state"]["goal"] == goal and o["state"]["actualized"] == actualized and o
+        return self.wait(check, f"{kind} {ident} {goal}/{actualized}", timeout)
+
+    def wait_gone(self, kind, ident, timeout=20.0):
+        return self.wait(lambda: self.request("GET", f"/dw/v1/{kind}/{ident}")[0] == 404,
+                         f"{kind} {ident} gone", timeout)
+
+    def persistent(self, token, capacity, owner=0, nodes=None, **extra):
+        """session + instance + configuration; returns (session, instance, configuration)."""
+        s = self.api("POST", "/dw/v1/sessions", {"token": token, "owner": owner,
+                                                 "client_nodes": nodes if nodes is not None else [self.node]})
+        i = self.api("POST", "/dw/v1/instances", {"session": s["id"], "capacity": capacity, **extra})
+        c = self.api("POST", "/dw/v1/configurations",
+                     {"instance": i["id"], "type": "scratch", "access_mode": "stripe"})
+        return s, i, c
