@@ -424,3 +424,31 @@ def test_answers_have_the_documented_shapes(site):
     finally:
         site.api("DELETE", f"/dw/v1/sessions/{s['id']}")
         site.wait_gone("sessions", s["id"])
+
+
+def test_servers_take_only_the_capability_the_manager_issued(site_factory, user):
+    """The agent's descriptor holds a capability for (instance, node, expiry) bound to the
+    node's address; servers accept it for its instance only, and nothing else."""
+    import errno
+
+    from test_posix import ROLE_CLIENT, _capability_fields, _hello_errno
+
+    site = site_factory(servers=2)
+    caps = {}
+    for token in ("capa", "capb"):
+        s, i, c = site.persistent(token, GiB)
+        a = site.api("POST", "/dw/v1/activations", {"session": s["id"], "configuration": c["id"]})
+        site.wait_state("activations", a["id"])
+        with open(os.path.join(site.dir, "agent", f"activation-{a['id']}.json")) as f:
+            d = json.load(f)
+        caps[token] = (d, bytes.fromhex(d["credential"]))
+    (da, ca), (db, cb) = caps["capa"], caps["capb"]
+    instance, expires, node, addrs = _capability_fields(ca)
+    assert (instance, node, addrs) == (da["instance"], "compute0", ["127.0.0.1"])
+    assert time.time() + 12 * 3600 <= expires <= time.time() + 86400 + 60, "half to all of a day"
+    server = da["servers"][0]
+    assert _hello_errno(server, ROLE_CLIENT, da["instance"], ca) == 0
+    assert _hello_errno(server, ROLE_CLIENT, da["instance"], cb) == errno.EACCES, "another instance's"
+    assert _hello_errno(server, ROLE_CLIENT, da["instance"], ca[:-1] + bytes([ca[-1] ^ 1])) == errno.EACCES
+    assert _hello_errno(server, ROLE_CLIENT, da["instance"], b"") == errno.EACCES
+    assert user.run(_hello_errno, server, ROLE_CLIENT, da["instance"], b"") == errno.EACCES

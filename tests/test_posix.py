@@ -13,6 +13,7 @@ import hashlib
 import mmap
 import os
 import random
+import socket
 import stat
 import struct
 import time
@@ -1293,6 +1294,92 @@ def test_name_lengths(fs_root):
     odd = "sp ace\ttab\u00e9\u4e2d-\x01"
     H.write_file(p(fs_root, odd), b"odd")
     assert odd in os.listdir(fs_root)
+
+
+# =========================================================================== who may talk to the servers (Spillway)
+
+HELLO_OP, ROLE_CLIENT, ROLE_PEER = 1, 1, 2
+
+
+def _hello_errno(addr, role, instance, credential):
+    """Connect to a server and send a Hello as its first frame (docs/wire-protocol.md);
+    the errno of the reply, 0 when a session was granted."""
+    host, port = addr.rsplit(":", 1)
+    body = struct.pack("<HHBQI", 1, 1, role, instance, len(credential)) + credential
+    body += struct.pack("<I", 4) + b"test"
+    frame = struct.pack("<IBBHQI", 16 + len(body), 1, 0, HELLO_OP, 0, 5000) + body
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=10) as s:
+        s.sendall(frame)
+        head = b""
+        while len(head) < 20:
+            chunk = s.recv(20 - len(head))
+            if not chunk:
+                raise ConnectionError(f"{addr} closed the connection without a reply")
+            head += chunk
+    return struct.unpack("<IBBHQI", head)[5]
+
+
+def _capability_fields(cap):
+    """(instance, expires, node, [addresses]) of a version-1 capability."""
+    assert cap[:5] == b"SPWC\x01", f"not a capability: {cap[:5]!r}"
+    instance, expires = struct.unpack_from("<QQ", cap, 5)
+    n = cap[21]
+    node = cap[22 : 22 + n].decode()
+    pos, addrs = 23 + n, []
+    for _ in range(cap[22 + n]):
+        family = cap[pos]
+        size = {4: 4, 6: 16}[family]
+        addrs.append(socket.inet_ntop(socket.AF_INET if family == 4 else socket.AF_INET6, cap[pos + 1 : pos + 1 + size]))
+        pos += 1 + size
+    assert pos == len(cap) - 32, "the tag is the last 32 bytes"
+    return instance, expires, node, addrs
+
+
+def _read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
+@pytest.mark.spillway_only
+def test_clients_hold_a_capability_not_the_instance_secret(cluster, user):
+    """`cluster up` keeps the instance secret to itself and hands its client a capability
+    bound to the address the client connects from, in a descriptor only root may read;
+    servers refuse clients anything else, and a user of the machine gets nothing."""
+    desc_path = cluster.instance_path
+    secret_path = os.path.join(cluster.dir, "instance.secret")
+    for path in (desc_path, secret_path):
+        st = os.stat(path)
+        assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o600, 0), f"{path}: mode {oct(st.st_mode)}, uid {st.st_uid}"
+    d = cluster.instance()
+    cap = bytes.fromhex(d["credential"])
+    secret = bytes.fromhex(_read_text(secret_path).strip())
+    assert secret not in cap and secret.hex() not in _read_text(desc_path), "the secret is in the descriptor"
+    instance, expires, node, addrs = _capability_fields(cap)
+    assert instance == d["instance"]
+    assert node == socket.gethostname()
+    assert expires > time.time() + 9 * 365 * 86400, "a developer cluster's capability lasts years"
+    servers = d["servers"]
+    for server in servers:
+        host, port = server.rsplit(":", 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.connect((host, int(port)))  # no packet: only picks the source address
+            source = u.getsockname()[0]
+        assert addrs == [source], f"capability bound to {addrs}, the client connects from {source}"
+        tampered = cap[:-1] + bytes([cap[-1] ^ 1])
+        for what, role, cred in [
+            ("no credential", ROLE_CLIENT, b""),
+            ("the instance secret as a client", ROLE_CLIENT, secret),
+            ("a tampered capability", ROLE_CLIENT, tampered),
+            ("the capability as a peer", ROLE_PEER, cap),
+        ]:
+            assert _hello_errno(server, role, instance, cred) == errno.EACCES, f"{server}: {what}"
+        assert _hello_errno(server, ROLE_CLIENT, instance, cap) == 0, f"{server}: the capability"
+        assert _hello_errno(server, ROLE_PEER, instance, secret) == 0, f"{server}: the secret as a peer"
+    # A user of this machine can read neither file and opens no session without them.
+    for path in (desc_path, secret_path):
+        assert_errno(errno.EACCES, H.as_user, user.uid, user.gid, _read_text, path)
+    got = H.as_user(user.uid, user.gid, _hello_errno, servers[0], ROLE_CLIENT, instance, b"")
+    assert got == errno.EACCES
 
 
 # =========================================================================== capacity / statfs (Spillway)

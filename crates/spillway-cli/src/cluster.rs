@@ -2,15 +2,21 @@
 //! with one command and torn down with another, leaving nothing behind. With `--netns`
 //! every server runs in a network namespace of its own, reached over a veth pair, so
 //! the client talks to its servers across a real network path.
+//!
+//! A developer cluster plays the manager's part for its instance: it generates the
+//! instance secret (kept in `DIR/instance.secret`, mode 0600, for the servers only) and
+//! mints the client's capability into `DIR/instance.json` (mode 0600).
 
 use crate::size::human;
 use serde::{Deserialize, Serialize};
+use spillway_types::capability::{self, Capability};
 use spillway_types::descriptor::{decode_hex, encode_hex};
 use spillway_types::InstanceDescriptor;
 use spillway_wire::messages::*;
 use spillway_wire::{Endpoint, PROTOCOL_VERSION};
-use std::net::TcpStream;
-use std::os::unix::fs::PermissionsExt;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -99,15 +105,16 @@ pub fn free_port() -> Result<u16, String> {
 /// forwarding.
 struct NetPlan {
     bridge: String,
-    bridge_cidr: String,
+    /// The bridge's address: the client's source address towards every server.
+    bridge_addr: Ipv4Addr,
 }
 
 fn net_plan(instance: u64) -> NetPlan {
     let tag = format!("{:04x}", instance & 0xffff);
-    let net = 200 + (instance % 50);
+    let net = 200 + (instance % 50) as u8;
     NetPlan {
         bridge: format!("spwbr{tag}"),
-        bridge_cidr: format!("10.{net}.0.1/24"),
+        bridge_addr: Ipv4Addr::new(10, net, 0, 1),
     }
 }
 
@@ -129,7 +136,8 @@ fn setup_bridge(instance: u64) -> Result<(), String> {
         return Ok(());
     }
     run(Command::new("ip").args(["link", "add", "name", &p.bridge, "type", "bridge"]))?;
-    run(Command::new("ip").args(["addr", "add", &p.bridge_cidr, "dev", &p.bridge]))?;
+    let cidr = format!("{}/24", p.bridge_addr);
+    run(Command::new("ip").args(["addr", "add", &cidr, "dev", &p.bridge]))?;
     run(Command::new("ip").args(["link", "set", &p.bridge, "up"]))
 }
 
@@ -283,16 +291,99 @@ fn admin(s: &ServerState) -> Result<Endpoint, String> {
     ))
 }
 
+/// How long `cluster up`'s capability lasts: a developer cluster's mount should never
+/// see it expire, and its client connects only from this machine's own addresses.
+const DEV_CAPABILITY_SECS: u64 = 10 * 366 * 24 * 3600;
+
+fn secret_path(dir: &Path) -> PathBuf {
+    dir.join("instance.secret")
+}
+
+/// Write `text` to `path` as a private file (mode 0600 from its creation on), replacing
+/// any old one in one rename: a reader (the client renewing its credential) sees the
+/// old file or the new one, never a torn or readable-by-all one.
+fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The instance secret of a cluster being resumed. A cluster made before capabilities
+/// existed has no `instance.secret`: its descriptor's credential is the secret then.
+fn load_secret(dir: &Path, desc: &InstanceDescriptor) -> Result<Vec<u8>, String> {
+    let path = secret_path(dir);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => decode_hex(text.trim())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| format!("{} is not hex", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let legacy = desc.credential_bytes();
+            if legacy.is_empty() || legacy.starts_with(&capability::MAGIC) {
+                return Err(format!(
+                    "{} is missing: the servers' instance secret is lost",
+                    path.display()
+                ));
+            }
+            write_private(&path, &encode_hex(&legacy))?;
+            Ok(legacy)
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// The capability `cluster up` hands its own client: bound to the address the client
+/// connects from (the bridge's with `--netns`, else loopback).
+fn dev_capability(secret: &[u8], st: &ClusterState) -> Result<Vec<u8>, String> {
+    let from = if st.servers.iter().any(|s| s.netns.is_some()) {
+        net_plan(st.instance).bridge_addr
+    } else {
+        Ipv4Addr::LOCALHOST
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| format!("the clock is before 1970: {e}"))?
+        .as_secs();
+    let cap = Capability {
+        instance: st.instance,
+        node: hostname(),
+        addrs: vec![IpAddr::V4(from)],
+        expires: now.saturating_add(DEV_CAPABILITY_SECS),
+    };
+    capability::try_mint(secret, &cap)
+        .ok_or_else(|| format!("host name {:?} is longer than 255 bytes", cap.node))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
 pub fn up(a: UpArgs) -> Result<PathBuf, String> {
     let dir = &a.dir;
     std::fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
     let dir = dir.canonicalize().map_err(|e| e.to_string())?;
     let resumed = load(&dir).ok();
     let desc_path = dir.join("instance.json");
-    let (mut st, desc) = match resumed {
+    let (mut st, mut desc, secret) = match resumed {
         Some(st) if desc_path.exists() => {
             let d = InstanceDescriptor::load(&desc_path).map_err(|e| e.to_string())?;
-            (st, d)
+            let secret = load_secret(&dir, &d)?;
+            (st, d, secret)
         }
         _ => {
             if a.servers == 0 {
@@ -327,17 +418,22 @@ pub fn up(a: UpArgs) -> Result<PathBuf, String> {
                 servers,
                 mounts: Vec::new(),
             };
+            let secret = random_bytes(32)?;
+            write_private(&secret_path(&dir), &encode_hex(&secret))?;
             let desc = InstanceDescriptor {
                 instance,
                 servers: st.servers.iter().map(|s| s.listen.clone()).collect(),
                 capacity: a.capacity,
                 stripe_size: a.stripe_size,
-                credential: encode_hex(&random_bytes(32)?),
+                // Minted below, once the servers' addresses are settled.
+                credential: String::new(),
             };
-            desc.validate().map_err(|e| e.to_string())?;
-            (st, desc)
+            (st, desc, secret)
         }
     };
+    // A fresh capability on every `up`: a resumed cluster's client gets a full term.
+    desc.credential = encode_hex(&dev_capability(&secret, &st)?);
+    desc.validate().map_err(|e| e.to_string())?;
     save(&dir, &st)?;
     // Servers.
     for i in 0..st.servers.len() {
@@ -367,7 +463,7 @@ pub fn up(a: UpArgs) -> Result<PathBuf, String> {
             index: s.index,
             peers: desc.servers.clone(),
             capacity: per,
-            credential: desc.credential_bytes(),
+            credential: secret.clone(),
             stripe_size: desc.stripe_size,
             root_uid: 0,
             root_gid: 0,
@@ -375,10 +471,7 @@ pub fn up(a: UpArgs) -> Result<PathBuf, String> {
         })
         .map_err(|e| format!("creating the fragment on server {} failed: {e}", s.index))?;
     }
-    std::fs::write(&desc_path, desc.to_json())
-        .map_err(|e| format!("{}: {e}", desc_path.display()))?;
-    std::fs::set_permissions(&desc_path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| e.to_string())?;
+    write_private(&desc_path, &desc.to_json())?;
     // The mount.
     let mnt = a.mountpoint.clone().unwrap_or_else(|| dir.join("mnt"));
     mount_at(&dir, &mut st, &desc_path, &mnt)?;

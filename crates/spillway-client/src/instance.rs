@@ -8,7 +8,30 @@ use spillway_types::{
 };
 use spillway_wire::messages::*;
 use spillway_wire::{Endpoint, PendingCall, PROTOCOL_VERSION};
+use std::path::Path;
 use std::sync::Arc;
+
+/// The credential of the descriptor file at `path`, if it is still a valid descriptor
+/// of `instance`. Anything else (file gone, unreadable, invalid, another instance's)
+/// gives `None`: the caller keeps the credential it has, which may still be good,
+/// rather than trade it for one that certainly is not.
+pub fn renewed_credential(path: &Path, instance: u64) -> Option<Vec<u8>> {
+    match InstanceDescriptor::load(path) {
+        Ok(d) if d.instance == instance => Some(d.credential_bytes()),
+        Ok(d) => {
+            tracing::warn!(
+                "{} now describes instance {}, not {instance}: keeping the credential",
+                path.display(),
+                d.instance
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("{}: {e}; keeping the credential", path.display());
+            None
+        }
+    }
+}
 
 pub struct Instance {
     pub desc: InstanceDescriptor,
@@ -16,7 +39,29 @@ pub struct Instance {
 }
 
 impl Instance {
+    /// An instance whose credential stays the descriptor's.
     pub fn new(desc: InstanceDescriptor, tunables: &Tunables, peer_name: &str) -> Instance {
+        Self::build(desc, None, tunables, peer_name)
+    }
+
+    /// An instance mounted from the descriptor file `origin`: before each connection
+    /// the file is read again and its credential used, so that the agent can renew
+    /// the capability in place (see `renewed_credential`).
+    pub fn renewing_from(
+        desc: InstanceDescriptor,
+        origin: &Path,
+        tunables: &Tunables,
+        peer_name: &str,
+    ) -> Instance {
+        Self::build(desc, Some(origin), tunables, peer_name)
+    }
+
+    fn build(
+        desc: InstanceDescriptor,
+        origin: Option<&Path>,
+        tunables: &Tunables,
+        peer_name: &str,
+    ) -> Instance {
         let servers = desc
             .servers
             .iter()
@@ -29,12 +74,22 @@ impl Instance {
                     credential: desc.credential_bytes(),
                     peer_name: peer_name.to_string(),
                 };
-                Arc::new(Endpoint::new(
+                let ep = Endpoint::new(
                     addr.clone(),
                     hello,
                     tunables.rpc_deadline,
                     tunables.reconnect_window,
-                ))
+                );
+                let ep = match origin {
+                    Some(path) => {
+                        let (path, instance) = (path.to_path_buf(), desc.instance);
+                        ep.with_credential_source(Box::new(move || {
+                            renewed_credential(&path, instance)
+                        }))
+                    }
+                    None => ep,
+                };
+                Arc::new(ep)
             })
             .collect();
         Instance { desc, servers }
@@ -485,5 +540,42 @@ impl Instance {
 
     pub fn stripe_of(&self, layout: &Layout, k: u64) -> ServerIndex {
         layout.server_of(StripeIndex(k))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spillway_types::descriptor::encode_hex;
+
+    fn descriptor(instance: u64, credential: &[u8]) -> String {
+        InstanceDescriptor {
+            instance,
+            servers: vec!["127.0.0.1:1".into()],
+            capacity: 1 << 30,
+            stripe_size: 1 << 20,
+            credential: encode_hex(credential),
+        }
+        .to_json()
+    }
+
+    #[test]
+    fn renewed_credential_follows_the_file_only_when_it_is_valid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("instance.json");
+        assert_eq!(renewed_credential(&path, 7), None, "no file");
+        std::fs::write(&path, descriptor(7, b"first")).unwrap();
+        assert_eq!(renewed_credential(&path, 7).as_deref(), Some(&b"first"[..]));
+        std::fs::write(&path, descriptor(7, b"second")).unwrap();
+        assert_eq!(
+            renewed_credential(&path, 7).as_deref(),
+            Some(&b"second"[..])
+        );
+        std::fs::write(&path, descriptor(8, b"other")).unwrap();
+        assert_eq!(renewed_credential(&path, 7), None, "another instance");
+        std::fs::write(&path, "{ torn").unwrap();
+        assert_eq!(renewed_credential(&path, 7), None, "not JSON");
+        std::fs::write(&path, descriptor(7, b"x").replace("\"78\"", "\"zz\"")).unwrap();
+        assert_eq!(renewed_credential(&path, 7), None, "credential not hex");
     }
 }

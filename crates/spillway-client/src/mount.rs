@@ -12,7 +12,8 @@ pub struct MountArgs {
     pub descriptor: InstanceDescriptor,
     pub mountpoint: PathBuf,
     pub tunables: Tunables,
-    /// Where the descriptor came from (shown to `spillway stripes`).
+    /// Where the descriptor came from (shown to `spillway stripes`; read again before
+    /// each connection for a renewed credential).
     pub origin: PathBuf,
     /// Called once the file system is mounted and about to serve (daemonizing parents
     /// wait for this).
@@ -24,7 +25,12 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
     let host = hostname();
     let peer_name = format!("{host}:{}", std::process::id());
     let instance = args.descriptor.instance;
-    let inst = Arc::new(Instance::new(args.descriptor, &args.tunables, &peer_name));
+    let inst = Arc::new(Instance::renewing_from(
+        args.descriptor,
+        &args.origin,
+        &args.tunables,
+        &peer_name,
+    ));
     // Refuse to mount an instance whose servers do not answer (or refuse us): a mount
     // that fails every call later is worse than an error now.
     inst.getattr(ROOT_INODE).map_err(|e| {

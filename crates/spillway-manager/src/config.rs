@@ -81,6 +81,26 @@ fn secs(k: &str, v: &str) -> Result<Duration, String> {
 }
 
 impl ManagerConfig {
+    /// Every default, with the two settings that have none.
+    pub fn with_defaults(listen: &str, state_dir: &Path) -> ManagerConfig {
+        ManagerConfig {
+            listen: listen.to_string(),
+            state_dir: state_dir.to_path_buf(),
+            tls_cert: state_dir.join("tls/manager.pem"),
+            tls_key: state_dir.join("tls/manager.key"),
+            admin_group: None,
+            policy: Policy::Bandwidth,
+            default_pool: None,
+            stripe_size: spillway_types::tunables::DEFAULT_STRIPE_SIZE,
+            mount_root: "/var/opt/spillway/mounts".into(),
+            capability_lifetime: Duration::from_secs(86400),
+            heartbeat_interval: Duration::from_secs(2),
+            node_timeout: Duration::from_secs(10),
+            munge_socket: None,
+            agent_wait_max: Duration::from_secs(25),
+        }
+    }
+
     pub fn load(path: &Path) -> Result<ManagerConfig, String> {
         let m = config::read(path, KEYS)?;
         let get = |k: &str| m.get(k).map(String::as_str);

@@ -281,10 +281,7 @@ fn a_dropped_connection_releases_its_opens() {
     let f = c.create(root(), "f", FileKind::Regular).unwrap();
     c.write(&f, 0, b"data").unwrap();
     let home_index = f.ino.home();
-    let other = endpoint(
-        c.nodes[usize::from(home_index.0)].addr,
-        hello(spillway_wire::role::CLIENT, INSTANCE, CREDENTIAL),
-    );
+    let other = endpoint(c.nodes[usize::from(home_index.0)].addr, client_hello());
     other
         .call(&OpenReq {
             ino: f.ino,

@@ -282,12 +282,7 @@ fn run_attack(addr: SocketAddr, samples: &[(u16, Vec<u8>)], a: &Attack) {
     match a {
         Attack::Stranger(bytes) => out.extend_from_slice(bytes),
         Attack::Member(frames) => {
-            out.extend(frame(
-                HelloReq::OP,
-                5000,
-                0,
-                &hello(role::CLIENT, INSTANCE, CREDENTIAL).to_bytes(),
-            ));
+            out.extend(frame(HelloReq::OP, 5000, 0, &client_hello().to_bytes()));
             for (i, (m, aux, raw)) in frames.iter().enumerate() {
                 match raw {
                     Some(bytes) => out.extend_from_slice(bytes),
@@ -330,10 +325,10 @@ fn live_server_survives_hostile_connections() {
         .unwrap();
     // Every server still answers a fresh connection, and nothing panicked anywhere.
     for n in &c.nodes {
-        let fresh = endpoint(n.addr, hello(role::CLIENT, INSTANCE, CREDENTIAL));
+        let fresh = endpoint(n.addr, client_hello());
         assert!(fresh.call(&StatFsReq {}).is_ok());
     }
-    let fresh = endpoint(c.nodes[0].addr, hello(role::CLIENT, INSTANCE, CREDENTIAL));
+    let fresh = endpoint(c.nodes[0].addr, client_hello());
     assert!(fresh.call(&GetAttrReq { ino: root() }).is_ok());
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a thread panicked");
 }

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use spillway_types::descriptor::encode_hex;
 use spillway_types::tunables::MAX_FRAME_LEN;
 use spillway_types::{Errno, ServerIndex};
 use spillway_wire::conn::CallError;
@@ -11,7 +12,7 @@ use spillway_wire::{
     FrameKind, GetAttrReq, HelloReq, StatFsReq, Wire,
 };
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 fn refused(addr: std::net::SocketAddr, h: HelloReq) -> Errno {
@@ -48,6 +49,49 @@ fn frame(opcode: u16, body: &[u8]) -> Vec<u8> {
     f
 }
 
+/// Send `h` as the first frame on `s`; the errno of the reply (0: accepted).
+fn raw_hello(s: &mut TcpStream, h: &HelloReq) -> u32 {
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(&frame(HelloReq::OP, &h.to_bytes())).unwrap();
+    let mut head = [0u8; 20];
+    s.read_exact(&mut head).unwrap();
+    let mut rest =
+        vec![0u8; u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize - 16];
+    s.read_exact(&mut rest).unwrap();
+    u32::from_le_bytes([head[16], head[17], head[18], head[19]])
+}
+
+/// A TCP connection to `to` from the local address `from` (all of 127/8 is this host),
+/// so that a capability's address binding meets a real source address.
+fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let SocketAddr::V4(to) = to else {
+        panic!("{to} is not IPv4")
+    };
+    let sockaddr = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let (src, dst) = (sockaddr(from, 0), sockaddr(*to.ip(), to.port()));
+    // SAFETY: a fresh socket, bound and connected with valid sockaddr_in of their true
+    // length; the fd is owned by the TcpStream from here on.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let stream = TcpStream::from_raw_fd(fd);
+        let r = libc::bind(fd, (&src as *const libc::sockaddr_in).cast(), len);
+        assert_eq!(r, 0, "bind {from}: {}", std::io::Error::last_os_error());
+        let r = libc::connect(fd, (&dst as *const libc::sockaddr_in).cast(), len);
+        assert_eq!(r, 0, "connect {to}: {}", std::io::Error::last_os_error());
+        stream
+    }
+}
+
 #[test]
 fn refusals() {
     let c = Cluster::start(2, 1 << 30, 1 << 20);
@@ -65,31 +109,32 @@ fn refusals() {
         Errno::EACCES
     );
     assert_eq!(
-        refused(addr, hello(role::CLIENT, 999, CREDENTIAL)),
+        refused(addr, hello(role::CLIENT, 999, &capability())),
         Errno::ENOENT
     );
-    assert_eq!(
-        refused(addr, hello(role::ADMIN, 0, CREDENTIAL)),
-        Errno::EACCES
-    );
-    assert_eq!(
-        refused(addr, hello(77, INSTANCE, CREDENTIAL)),
-        Errno::EINVAL
-    );
+    assert_eq!(refused(addr, hello(role::ADMIN, 0, SECRET)), Errno::EACCES);
+    assert_eq!(refused(addr, hello(77, INSTANCE, SECRET)), Errno::EINVAL);
     let future = HelloReq {
         version_min: 2,
         version_max: 5,
-        ..hello(role::CLIENT, INSTANCE, CREDENTIAL)
+        ..client_hello()
     };
     assert_eq!(refused(addr, future), Errno::EPROTO);
 
     // Accepted handshakes say where they landed.
     let conn = Conn::connect(
         &c.nodes[1].addr.to_string(),
-        &hello(role::PEER, INSTANCE, CREDENTIAL),
+        &hello(role::PEER, INSTANCE, SECRET),
         Duration::from_secs(5),
     )
     .expect("peer session");
+    assert_eq!((conn.hello.server_index, conn.hello.server_count), (1, 2));
+    let conn = Conn::connect(
+        &c.nodes[1].addr.to_string(),
+        &client_hello(),
+        Duration::from_secs(5),
+    )
+    .expect("client session");
     assert_eq!((conn.hello.server_index, conn.hello.server_count), (1, 2));
     let admin_key = admin_key(&c.nodes[0].root);
     let conn = Conn::connect(
@@ -99,6 +144,159 @@ fn refusals() {
     )
     .expect("admin session");
     assert_eq!((conn.hello.server_index, conn.hello.server_count), (0, 0));
+}
+
+#[test]
+fn clients_need_a_valid_capability() {
+    let c = Cluster::start(2, 1 << 30, 1 << 20);
+    let addr = c.nodes[0].addr;
+    let later = unix_now() + 3600;
+    let client = |cred: &[u8]| hello(role::CLIENT, INSTANCE, cred);
+
+    // A second instance on the same server, with its own secret.
+    c.nodes[0]
+        .admin()
+        .call(&FragmentCreateReq {
+            instance: 5,
+            index: 0,
+            peers: vec![addr.to_string()],
+            capacity: 1 << 20,
+            credential: b"five".to_vec(),
+            stripe_size: 1 << 20,
+            root_uid: 0,
+            root_gid: 0,
+            root_mode: 0o755,
+        })
+        .unwrap();
+    let five = mint_cap(b"five", 5, &[LOOPBACK], later);
+    Conn::connect(
+        &addr.to_string(),
+        &hello(role::CLIENT, 5, &five),
+        Duration::from_secs(5),
+    )
+    .expect("instance 5's capability opens instance 5");
+
+    let mut tampered = capability();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    let mut tampered_field = capability();
+    tampered_field[5] ^= 1; // the instance id
+    let refusals: Vec<(&str, Vec<u8>)> = vec![
+        ("nothing", vec![]),
+        ("the raw instance secret", SECRET.to_vec()),
+        ("the secret in hex", encode_hex(SECRET).into_bytes()),
+        (
+            "an expired capability",
+            mint_cap(SECRET, INSTANCE, &[LOOPBACK], unix_now() - 1),
+        ),
+        (
+            "a capability expiring now",
+            mint_cap(SECRET, INSTANCE, &[LOOPBACK], unix_now()),
+        ),
+        ("another instance's capability", five.clone()),
+        (
+            "a capability for another instance under this secret",
+            mint_cap(SECRET, 5, &[LOOPBACK], later),
+        ),
+        (
+            "a capability bound to another address",
+            mint_cap(
+                SECRET,
+                INSTANCE,
+                &[IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))],
+                later,
+            ),
+        ),
+        (
+            "a capability bound to another IPv6 address",
+            mint_cap(SECRET, INSTANCE, &["::1".parse().unwrap()], later),
+        ),
+        ("a tampered tag", tampered),
+        ("a tampered field", tampered_field),
+        (
+            "a truncated capability",
+            capability()[..capability().len() - 1].to_vec(),
+        ),
+    ];
+    for (what, cred) in &refusals {
+        assert_eq!(refused(addr, client(cred)), Errno::EACCES, "{what}");
+    }
+    // Refusals leave the server serving.
+    assert!(c.getattr(root()).is_ok());
+
+    // A capability is not the secret: peers cannot use one.
+    assert_eq!(
+        refused(addr, hello(role::PEER, INSTANCE, &capability())),
+        Errno::EACCES
+    );
+    // A capability without addresses is good from anywhere; the harness's own is bound
+    // to 127.0.0.1.
+    let anywhere = mint_cap(SECRET, INSTANCE, &[], later);
+    assert!(Conn::connect(
+        &addr.to_string(),
+        &client(&anywhere),
+        Duration::from_secs(5)
+    )
+    .is_ok());
+    assert!(Conn::connect(
+        &addr.to_string(),
+        &client(&capability()),
+        Duration::from_secs(5)
+    )
+    .is_ok());
+
+    // Address binding against real source addresses: 127.0.0.2 is this host too.
+    let other = Ipv4Addr::new(127, 0, 0, 2);
+    let for_other = mint_cap(SECRET, INSTANCE, &[IpAddr::V4(other)], later);
+    assert_eq!(
+        raw_hello(&mut connect_from(other, addr), &client(&for_other)),
+        0,
+        "bound to 127.0.0.2, from 127.0.0.2"
+    );
+    assert_eq!(
+        raw_hello(&mut connect_from(other, addr), &client(&capability())),
+        Errno::EACCES.0 as u32,
+        "bound to 127.0.0.1, from 127.0.0.2"
+    );
+    assert_eq!(
+        raw_hello(&mut connect_from(other, addr), &client(&anywhere)),
+        0,
+        "unbound, from 127.0.0.2"
+    );
+}
+
+#[test]
+fn ipv4_clients_of_a_dual_stack_server_match_their_ipv4_address() {
+    // An IPv6 wildcard listener sees IPv4 clients as ::ffff:a.b.c.d.
+    let Ok(listener) = std::net::TcpListener::bind("[::]:0") else {
+        eprintln!("no IPv6 here; skipped");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start_on(dir.path().join("s0"), listener);
+    let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, node.addr.port()));
+    node.admin_at(v4)
+        .call(&FragmentCreateReq {
+            instance: INSTANCE,
+            index: 0,
+            peers: vec![v4.to_string()],
+            capacity: 1 << 20,
+            credential: SECRET.to_vec(),
+            stripe_size: 1 << 20,
+            root_uid: 0,
+            root_gid: 0,
+            root_mode: 0o755,
+        })
+        .unwrap();
+    let conn = Conn::connect(&v4.to_string(), &client_hello(), Duration::from_secs(5))
+        .expect("a capability for 127.0.0.1 is good from ::ffff:127.0.0.1");
+    assert_eq!(conn.hello.server_count, 1);
+    let other = Ipv4Addr::new(127, 0, 0, 2);
+    assert_eq!(
+        raw_hello(&mut connect_from(other, v4), &client_hello()),
+        Errno::EACCES.0 as u32,
+        "::ffff:127.0.0.2 is not 127.0.0.1"
+    );
 }
 
 #[test]
@@ -161,7 +359,8 @@ fn fragment_admin() {
     assert_eq!(admin.call(&bad).unwrap_err(), Errno::EINVAL);
     assert_eq!(admin.call(&FragmentListReq {}).unwrap().fragments.len(), 2);
 
-    let five = endpoint(c.nodes[0].addr, hello(role::CLIENT, 5, b"five"));
+    let five_cap = mint_cap(b"five", 5, &[LOOPBACK], unix_now() + 3600);
+    let five = endpoint(c.nodes[0].addr, hello(role::CLIENT, 5, &five_cap));
     assert_eq!(
         five.call(&GetAttrReq { ino: root() }).unwrap().attr.mode,
         0o755
@@ -176,7 +375,7 @@ fn fragment_admin() {
         Errno::ESTALE
     );
     assert_eq!(
-        refused(c.nodes[0].addr, hello(role::CLIENT, 5, b"five")),
+        refused(c.nodes[0].addr, hello(role::CLIENT, 5, &five_cap)),
         Errno::ENOENT
     );
     assert!(!c.nodes[0].root.join("fragments/5").exists());
@@ -212,21 +411,7 @@ fn garbage_closes_the_connection_and_nothing_else() {
 
     // After a good hello: a frame longer than the largest allowed closes the connection.
     let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(&frame(
-        HelloReq::OP,
-        &hello(role::CLIENT, INSTANCE, CREDENTIAL).to_bytes(),
-    ))
-    .unwrap();
-    let mut head = [0u8; 20];
-    s.read_exact(&mut head).unwrap();
-    assert_eq!(
-        u32::from_le_bytes([head[16], head[17], head[18], head[19]]),
-        0,
-        "hello accepted"
-    );
-    let mut skip =
-        vec![0u8; u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize - 16];
-    s.read_exact(&mut skip).unwrap();
+    assert_eq!(raw_hello(&mut s, &client_hello()), 0, "hello accepted");
     s.write_all(&(MAX_FRAME_LEN + 1).to_le_bytes()).unwrap();
     assert_closed(s);
 
@@ -234,6 +419,6 @@ fn garbage_closes_the_connection_and_nothing_else() {
     drop(TcpStream::connect(addr).unwrap());
 
     // The server still serves.
-    let fresh = endpoint(addr, hello(role::CLIENT, INSTANCE, CREDENTIAL));
+    let fresh = endpoint(addr, client_hello());
     assert!(fresh.call(&GetAttrReq { ino: root() }).is_ok());
 }

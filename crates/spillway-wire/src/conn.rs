@@ -417,14 +417,25 @@ impl Conn {
     }
 }
 
+/// Where an endpoint gets a fresh credential before it connects: `None` keeps the one
+/// it has. Lets a client follow a capability that is renewed while it runs.
+pub type CredentialSource = Box<dyn Fn() -> Option<Vec<u8>> + Send + Sync>;
+
 /// A server as seen by a caller: its address, the handshake to make, and the current
 /// connection (made on first use, remade after a failure).
 pub struct Endpoint {
     pub addr: String,
-    hello: HelloReq,
-    conn: Mutex<Option<Arc<Conn>>>,
+    link: Mutex<Link>,
+    credential_source: Option<CredentialSource>,
     pub deadline: Duration,
     pub reconnect_window: Duration,
+}
+
+/// The connection and the handshake that makes it, under one lock: a connection is
+/// made by one caller at a time, with the credential current at that moment.
+struct Link {
+    conn: Option<Arc<Conn>>,
+    hello: HelloReq,
 }
 
 impl Endpoint {
@@ -436,33 +447,47 @@ impl Endpoint {
     ) -> Endpoint {
         Endpoint {
             addr,
-            hello,
-            conn: Mutex::new(None),
+            link: Mutex::new(Link { conn: None, hello }),
+            credential_source: None,
             deadline,
             reconnect_window,
         }
     }
 
+    /// Ask `source` for the credential before every connection attempt (the first
+    /// included: an endpoint may first connect long after it was made).
+    pub fn with_credential_source(mut self, source: CredentialSource) -> Endpoint {
+        self.credential_source = Some(source);
+        self
+    }
+
+    fn lock_link(&self) -> MutexGuard<'_, Link> {
+        self.link.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The current connection, connecting (with retries within the reconnect window)
     /// when there is none or it broke.
     pub fn conn(&self) -> Result<Arc<Conn>, CallError> {
-        let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = guard.as_ref() {
+        let mut guard = self.lock_link();
+        if let Some(c) = guard.conn.as_ref() {
             if c.is_alive() {
                 return Ok(c.clone());
             }
         }
-        *guard = None;
+        guard.conn = None;
         let start = Instant::now();
         let mut backoff = Duration::from_millis(20);
         loop {
+            if let Some(fresh) = self.credential_source.as_ref().and_then(|f| f()) {
+                guard.hello.credential = fresh;
+            }
             match Conn::connect(
                 &self.addr,
-                &self.hello,
+                &guard.hello,
                 self.deadline.min(Duration::from_secs(10)),
             ) {
                 Ok(c) => {
-                    *guard = Some(c.clone());
+                    guard.conn = Some(c.clone());
                     return Ok(c);
                 }
                 Err(CallError::Remote(e)) => return Err(CallError::Remote(e)),
@@ -509,7 +534,7 @@ impl Endpoint {
 
     /// Drop the connection (tests; shutdown).
     pub fn disconnect(&self) {
-        if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(c) = self.lock_link().conn.take() {
             c.close();
         }
     }

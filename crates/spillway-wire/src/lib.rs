@@ -15,7 +15,7 @@ pub mod messages;
 pub mod serve;
 
 pub use codec::{Bulk, Dec, Enc, Wire, WireError};
-pub use conn::{Conn, Endpoint, OwnedCall, PendingCall};
+pub use conn::{Conn, CredentialSource, Endpoint, OwnedCall, PendingCall};
 pub use frame::{FrameHeader, FrameKind, HEADER_LEN};
 pub use messages::*;
 

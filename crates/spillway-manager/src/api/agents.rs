@@ -47,6 +47,10 @@ pub async fn hello(
     let hello = b
         .map(|Json(t)| t)
         .map_err(|e| ApiErr::from_json(&e.body_text()))?;
+    // A capability binds at most this many addresses; a compute node has a few.
+    if hello.addresses.len() > 16 {
+        return Err(ApiErr::bad("at most 16 addresses per node"));
+    }
     let mut addrs = Vec::new();
     for a in &hello.addresses {
         let ip: std::net::IpAddr = a
@@ -114,7 +118,15 @@ fn describe(w: &MountWork, node: &str, addrs: &[String], lifetime: Duration) -> 
     if w.goal == Goal::Destroy {
         return unmount_item(w);
     }
-    let credential = crate::capability::credential(w, node, addrs, lifetime);
+    let Some(credential) = crate::capability::credential(w, node, addrs, lifetime) else {
+        tracing::error!(node, activation = w.activation, "cannot mint a capability");
+        return AgentMount {
+            activation: w.activation,
+            goal: w.goal,
+            mount: w.mount.clone(),
+            descriptor: None,
+        };
+    };
     let d = spillway_types::InstanceDescriptor {
         instance: w.instance,
         servers: w.servers.clone(),

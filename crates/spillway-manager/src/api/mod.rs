@@ -131,7 +131,33 @@ pub fn router(state: AppState) -> Router {
             axum::routing::post(agents::report),
         )
         .fallback(fallback)
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
+}
+
+/// Errors made by axum itself (a method a resource does not have, a malformed path or
+/// query) come as plain text; every error this API answers is JSON.
+async fn json_errors(resp: axum::response::Response) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let text = axum::body::to_bytes(resp.into_body(), 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let reason = status.canonical_reason().unwrap_or("error");
+    let message = if text.is_empty() {
+        reason.to_string()
+    } else {
+        format!("{reason}: {text}")
+    };
+    ApiErr::new(status, message).into_response()
 }
 
 async fn fallback(method: axum::http::Method, uri: axum::http::Uri) -> ApiErr {

@@ -315,9 +315,7 @@ impl Db {
             }
         }
         if u.replace_fuse == Some(true) {
-            for t in ["sessions"] {
-                bump_failures_reset(&tx, t, "id = ?1", &(id as i64))?;
-            }
+            bump_failures_reset(&tx, "sessions", "id = ?1", &(id as i64))?;
             bump_failures_reset(&tx, "instances", "session = ?1", &(id as i64))?;
             bump_failures_reset(&tx, "activations", "session = ?1", &(id as i64))?;
             tx.execute(

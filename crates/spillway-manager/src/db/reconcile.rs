@@ -151,7 +151,7 @@ impl Db {
     }
 
     pub fn fragment_work(&self) -> DbResult<Vec<FragmentWork>> {
-        let rows: Vec<(u64, u64, u16, String, u64, Vec<u8>, u32, u32, u32)> = {
+        let mut rows: Vec<FragmentWork> = {
             let mut st = self.conn().prepare_cached(
                 "SELECT f.id, f.instance, f.idx, n.address, f.bytes, i.secret, i.stripe_size,
                         i.root_uid, i.root_gid
@@ -162,49 +162,26 @@ impl Db {
             )?;
             let rows = st
                 .query_map([FUSE_LIMIT], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)? as u64,
-                        r.get::<_, i64>(1)? as u64,
-                        r.get::<_, i64>(2)? as u16,
-                        r.get(3)?,
-                        r.get::<_, i64>(4)? as u64,
-                        r.get(5)?,
-                        r.get::<_, i64>(6)? as u32,
-                        r.get::<_, i64>(7)? as u32,
-                        r.get::<_, i64>(8)? as u32,
-                    ))
+                    Ok(FragmentWork {
+                        fragment: r.get::<_, i64>(0)? as u64,
+                        instance: r.get::<_, i64>(1)? as u64,
+                        index: r.get::<_, i64>(2)? as u16,
+                        address: r.get(3)?,
+                        peers: Vec::new(),
+                        capacity: r.get::<_, i64>(4)? as u64,
+                        secret: r.get(5)?,
+                        stripe_size: r.get::<_, i64>(6)? as u32,
+                        root_uid: r.get::<_, i64>(7)? as u32,
+                        root_gid: r.get::<_, i64>(8)? as u32,
+                    })
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             rows
         };
-        rows.into_iter()
-            .map(
-                |(
-                    fragment,
-                    instance,
-                    index,
-                    address,
-                    capacity,
-                    secret,
-                    stripe_size,
-                    root_uid,
-                    root_gid,
-                )| {
-                    Ok(FragmentWork {
-                        fragment,
-                        instance,
-                        index,
-                        address,
-                        peers: self.peers(instance)?,
-                        capacity,
-                        secret,
-                        stripe_size,
-                        root_uid,
-                        root_gid,
-                    })
-                },
-            )
-            .collect()
+        for w in &mut rows {
+            w.peers = self.peers(w.instance)?;
+        }
+        Ok(rows)
     }
 
     pub fn record_fragment(&mut self, id: u64, result: Result<(), CallError>) -> DbResult<()> {
@@ -408,7 +385,7 @@ impl Db {
 
     /// The mounts `node` must hold or drop.
     pub fn mount_work(&self, node: &str) -> DbResult<Vec<MountWork>> {
-        let rows: Vec<(u64, String, String, u64, u64, u32, Vec<u8>, bool)> = {
+        let rows: Vec<(MountWork, bool)> = {
             let mut st = self.conn().prepare_cached(
                 "SELECT a.id, a.goal, a.mount, i.id, i.bytes, i.stripe_size, i.secret,
                         (c.actualized = 1 AND i.actualized = 1 AND a.failures < ?2)
@@ -421,36 +398,32 @@ impl Db {
             )?;
             let rows = st
                 .query_map(params![node, FUSE_LIMIT], |r| {
+                    let goal: String = r.get(1)?;
                     Ok((
-                        r.get::<_, i64>(0)? as u64,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get::<_, i64>(3)? as u64,
-                        r.get::<_, i64>(4)? as u64,
-                        r.get::<_, i64>(5)? as u32,
-                        r.get(6)?,
-                        r.get(7)?,
+                        MountWork {
+                            activation: r.get::<_, i64>(0)? as u64,
+                            goal: super::goal_of(&goal),
+                            mount: r.get(2)?,
+                            instance: r.get::<_, i64>(3)? as u64,
+                            servers: Vec::new(),
+                            capacity: r.get::<_, i64>(4)? as u64,
+                            stripe_size: r.get::<_, i64>(5)? as u32,
+                            secret: r.get(6)?,
+                        },
+                        r.get::<_, bool>(7)?,
                     ))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             rows
         };
         let mut out = Vec::new();
-        for (activation, goal, mount, instance, capacity, stripe_size, secret, ready) in rows {
-            let goal = super::goal_of(&goal);
-            if goal == Goal::Create && !ready {
+        for (mut w, ready) in rows {
+            // A mount waits until its instance is built and its configuration applied.
+            if w.goal == Goal::Create && !ready {
                 continue;
             }
-            out.push(MountWork {
-                activation,
-                goal,
-                mount,
-                instance,
-                servers: self.peers(instance)?,
-                capacity,
-                stripe_size,
-                secret,
-            });
+            w.servers = self.peers(w.instance)?;
+            out.push(w);
         }
         Ok(out)
     }

@@ -10,7 +10,7 @@ mod session;
 use crate::auth::ct_eq;
 use crate::registry::Registry;
 use session::{InstanceSession, Session};
-use spillway_types::Errno;
+use spillway_types::{capability, Errno};
 use spillway_wire::messages::*;
 use spillway_wire::serve::{Reply, Service};
 use spillway_wire::{Call, Wire, PROTOCOL_VERSION};
@@ -53,8 +53,20 @@ impl SpillwayService {
                 }
             };
         }
-        ct_eq(cred, &self.admin_key)
+        let ok = ct_eq(cred, &self.admin_key);
+        if !ok {
+            tracing::info!(%peer, "admin refused: not the admin key");
+        }
+        ok
     }
+}
+
+/// Seconds since the epoch by this server's clock, against which capabilities expire
+/// (a clock set before 1970 reads 0).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Largest read run on the connection's thread.
@@ -81,15 +93,39 @@ impl Service for SpillwayService {
                 Ok((reply, Session::Admin))
             }
             role::CLIENT | role::PEER => {
-                let fragment = self
-                    .registry
-                    .get(req.instance)
-                    .filter(|f| !f.is_closed())
-                    .ok_or(Errno::ENOENT)?;
-                if !ct_eq(&req.credential, &fragment.config.credential_bytes()) {
-                    return Err(Errno::EACCES);
+                let Some(fragment) = self.registry.get(req.instance).filter(|f| !f.is_closed())
+                else {
+                    tracing::info!(%peer, name = ?req.peer_name, instance = req.instance, role = req.role, "refused: no fragment of this instance here");
+                    return Err(Errno::ENOENT);
+                };
+                let secret = fragment.config.credential_bytes();
+                if req.role == role::CLIENT {
+                    // Clients never hold the instance secret, only a capability keyed
+                    // by it, so that what a compute node leaks opens one instance, from
+                    // that node's addresses, until the capability expires.
+                    match capability::verify(
+                        &secret,
+                        &req.credential,
+                        req.instance,
+                        peer.ip(),
+                        unix_now(),
+                    ) {
+                        Ok(cap) => {
+                            tracing::debug!(%peer, name = %req.peer_name, instance = req.instance, node = ?cap.node, expires = cap.expires, "client session");
+                        }
+                        Err(e) => {
+                            // The peer name is the caller's own claim: logged escaped.
+                            tracing::info!(%peer, name = ?req.peer_name, instance = req.instance, "client refused: {e}");
+                            return Err(Errno::EACCES);
+                        }
+                    }
+                } else {
+                    if !ct_eq(&req.credential, &secret) {
+                        tracing::info!(%peer, name = ?req.peer_name, instance = req.instance, "peer refused: not the instance secret");
+                        return Err(Errno::EACCES);
+                    }
+                    tracing::debug!(%peer, name = %req.peer_name, instance = req.instance, "peer session");
                 }
-                tracing::debug!(%peer, name = %req.peer_name, instance = req.instance, role = req.role, "session");
                 let reply = HelloReply {
                     version: PROTOCOL_VERSION,
                     server_index: fragment.config.index,

@@ -1,22 +1,58 @@
 //! Test harness: real servers on 127.0.0.1 in this process, each on its own temp root,
-//! an instance created on them through the admin role, and client connections that
-//! route requests with the placement functions as the real client does.
+//! an instance created on them through the admin role, and client connections (with a
+//! capability, as a mounted client has) that route requests with the placement
+//! functions as the real client does.
 #![allow(dead_code)]
 
 use spillway_placement::{dentry_server, Layout};
 use spillway_server::{start_in_process, RunningServer};
+use spillway_types::capability::{mint, Capability};
 use spillway_types::descriptor::decode_hex;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, StripeIndex, Tunables, ROOT_INODE};
 use spillway_wire::{
     role, Call, CreateReq, Endpoint, ExtendSizeReq, FragmentCreateReq, GetAttrReq, HelloReq,
     LookupReply, LookupReq, ReadDirReq, ReadReq, StripeInfoReq, StripeLen, WriteReq,
 };
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub const INSTANCE: u64 = 42;
-pub const CREDENTIAL: &[u8] = b"test-credential";
+/// The instance secret: what the fragments are created with and peers present.
+pub const SECRET: &[u8] = b"test-credential";
+/// Where test clients connect from.
+pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs()
+}
+
+/// A capability for `instance` keyed by `secret`, usable from `addrs` (empty: from
+/// anywhere) until `expires` (unix seconds), as the manager would mint it.
+pub fn mint_cap(secret: &[u8], instance: u64, addrs: &[IpAddr], expires: u64) -> Vec<u8> {
+    mint(
+        secret,
+        &Capability {
+            instance,
+            node: "test-node".into(),
+            addrs: addrs.to_vec(),
+            expires,
+        },
+    )
+}
+
+/// A valid capability for the test instance, from 127.0.0.1, for an hour.
+pub fn capability() -> Vec<u8> {
+    mint_cap(SECRET, INSTANCE, &[LOOPBACK], unix_now() + 3600)
+}
+
+/// The hello of a client of the test instance.
+pub fn client_hello() -> HelloReq {
+    hello(role::CLIENT, INSTANCE, &capability())
+}
 
 pub fn tunables() -> Tunables {
     Tunables {
@@ -62,7 +98,11 @@ pub struct Node {
 
 impl Node {
     pub fn start(root: PathBuf) -> Node {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        Node::start_on(root, TcpListener::bind("127.0.0.1:0").expect("bind"))
+    }
+
+    /// A server on a listener of the caller's choosing (another address family).
+    pub fn start_on(root: PathBuf, listener: TcpListener) -> Node {
         let server = start_in_process(&root, listener, tunables()).expect("start server");
         Node {
             addr: server.addr(),
@@ -86,7 +126,12 @@ impl Node {
     }
 
     pub fn admin(&self) -> Endpoint {
-        endpoint(self.addr, hello(role::ADMIN, 0, &admin_key(&self.root)))
+        self.admin_at(self.addr)
+    }
+
+    /// The admin role through another of the server's addresses (a wildcard listener).
+    pub fn admin_at(&self, addr: SocketAddr) -> Endpoint {
+        endpoint(addr, hello(role::ADMIN, 0, &admin_key(&self.root)))
     }
 
     /// Purges of the test instance this server still owes, as an operator sees them
@@ -124,7 +169,7 @@ impl Cluster {
                     index: i as u16,
                     peers: peers.clone(),
                     capacity,
-                    credential: CREDENTIAL.to_vec(),
+                    credential: SECRET.to_vec(),
                     stripe_size,
                     root_uid: 1000,
                     root_gid: 100,
@@ -134,7 +179,7 @@ impl Cluster {
         }
         let clients = nodes
             .iter()
-            .map(|n| endpoint(n.addr, hello(role::CLIENT, INSTANCE, CREDENTIAL)))
+            .map(|n| endpoint(n.addr, client_hello()))
             .collect();
         Cluster {
             _dir: dir,
@@ -149,7 +194,7 @@ impl Cluster {
         self.clients = self
             .nodes
             .iter()
-            .map(|n| endpoint(n.addr, hello(role::CLIENT, INSTANCE, CREDENTIAL)))
+            .map(|n| endpoint(n.addr, client_hello()))
             .collect();
     }
 
