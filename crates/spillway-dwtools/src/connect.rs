@@ -1,0 +1,182 @@
+//! Reaching the manager: the client configuration file, a MUNGE credential per request,
+//! and how a failure is told to the user.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use spillway_api::client::CredentialSource;
+use spillway_api::config::ClientConfig;
+use spillway_api::{ApiClient, ApiError};
+use spillway_munge::Munge;
+use std::path::Path;
+use std::time::Duration;
+
+/// Why a command failed. Usage errors exit 2 (as clap's do), everything else 1.
+#[derive(Debug)]
+pub enum Failure {
+    Usage(String),
+    Api(ApiError),
+    Other(String),
+}
+
+impl From<ApiError> for Failure {
+    fn from(e: ApiError) -> Failure {
+        Failure::Api(e)
+    }
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Other(e)
+    }
+}
+
+impl Failure {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Failure::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// The lines for stderr, each starting with `prog: `. The manager's `choices` (the
+    /// valid values of a field it refused) get a line of their own.
+    pub fn report(&self, prog: &str) -> String {
+        match self {
+            Failure::Api(ApiError::Status {
+                message, choices, ..
+            }) => {
+                let mut s = format!("{prog}: {message}\n");
+                if let Some(c) = choices.as_ref().filter(|c| !c.is_empty()) {
+                    s.push_str(&format!("{prog}: valid choices: {}\n", c.join(", ")));
+                }
+                s
+            }
+            Failure::Api(e) => format!("{prog}: {e}\n"),
+            Failure::Usage(m) | Failure::Other(m) => format!("{prog}: {m}\n"),
+        }
+    }
+}
+
+/// Longest a dwstat request may take, connecting included. dwstat only reads one
+/// list per table, which the manager answers from its database without waiting on
+/// storage servers; a manager that takes longer than this is not going to answer.
+pub const STAT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest a dwcli request may take. Creating an instance allocates its fragments
+/// inside the request, which can take longer than a read.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The manager's client, as the configuration file at `config` (or `$SPILLWAY_CONFIG`,
+/// or /etc/spillway/spillway.conf) says.
+pub fn client(config: Option<&Path>, timeout: Duration) -> Result<Manager, Failure> {
+    let path = ClientConfig::locate(config);
+    let cfg = ClientConfig::load(&path)?;
+    let munge = Munge::new(cfg.munge_socket.clone());
+    // munged refuses a replayed credential, so every request gets a fresh one.
+    let credential: CredentialSource = Box::new(move || {
+        munge
+            .encode(b"")
+            .map_err(|e| format!("cannot get a MUNGE credential: {e}"))
+    });
+    let api = ApiClient::new(&cfg.manager_url, &cfg.ca_file, credential, timeout)?;
+    Ok(Manager { api })
+}
+
+/// The manager, answering raw JSON: `--json` prints it as received, tables and
+/// summaries parse it into the API's types.
+pub struct Manager {
+    api: ApiClient,
+}
+
+/// An answer: its raw text, parsed on demand.
+pub struct Answer(pub Box<RawValue>);
+
+impl Answer {
+    pub fn raw(&self) -> &str {
+        self.0.get()
+    }
+
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Failure> {
+        serde_json::from_str(self.raw())
+            .map_err(|e| Failure::Other(format!("unexpected answer from the manager: {e}")))
+    }
+}
+
+impl Manager {
+    pub fn get(&self, path: &str) -> Result<Answer, Failure> {
+        Ok(Answer(self.api.get(path)?))
+    }
+
+    pub fn post<B: Serialize>(&self, path: &str, body: &B) -> Result<Answer, Failure> {
+        Ok(Answer(self.api.post(path, body)?))
+    }
+
+    pub fn patch<B: Serialize>(&self, path: &str, body: &B) -> Result<Answer, Failure> {
+        Ok(Answer(self.api.patch(path, body)?))
+    }
+
+    pub fn delete(&self, path: &str) -> Result<Answer, Failure> {
+        Ok(Answer(self.api.delete(path)?))
+    }
+}
+
+/// A path segment for a name (pool, node). Names the manager accepts are plain
+/// (letters, digits, `_.-`), but a typo may hold `/` or `?`; escaped, it reaches the
+/// manager as the wrong name and gets a clear "no such" answer instead of another route.
+pub fn segment(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_manager_message_and_choices() {
+        let f = Failure::Api(ApiError::Status {
+            status: 400,
+            message: "invalid request body: unknown variant `scatch`".into(),
+            choices: Some(vec!["scratch".into(), "cache".into(), "swap".into()]),
+        });
+        assert_eq!(f.exit_code(), 1);
+        assert_eq!(
+            f.report("dwcli"),
+            "dwcli: invalid request body: unknown variant `scatch`\n\
+             dwcli: valid choices: scratch, cache, swap\n"
+        );
+        let f = Failure::Api(ApiError::Status {
+            status: 404,
+            message: "no pool \"x\"".into(),
+            choices: None,
+        });
+        assert_eq!(f.report("dwstat"), "dwstat: no pool \"x\"\n");
+        assert_eq!(Failure::Usage("u".into()).exit_code(), 2);
+    }
+
+    #[test]
+    fn unreadable_config_is_an_error_not_a_panic() {
+        let e = client(Some(Path::new("/nonexistent/spillway.conf")), STAT_TIMEOUT)
+            .err()
+            .map(|f| f.report("dwstat"))
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("dwstat: cannot read /nonexistent/spillway.conf"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn segments_are_escaped() {
+        assert_eq!(segment("wlm_pool"), "wlm_pool");
+        assert_eq!(segment("a/b?c d"), "a%2Fb%3Fc%20d");
+    }
+}

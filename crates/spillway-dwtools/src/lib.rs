@@ -1,0 +1,48 @@
+//! DataWarp's command line as thin clients of the manager's REST API (`/dw/v1/`):
+//! `dwstat` prints status tables, `dwcli` creates, changes, removes and lists resources.
+//! Neither keeps state; every answer comes from the manager. See docs/cli.md.
+//!
+//! * `connect` — the client configuration, MUNGE credentials, failures and exit codes.
+//! * `args`    — option values (sizes, octal modes, access modes, host lists).
+//! * `format`  — cells: times, sizes, booleans, empty text.
+//! * `table`   — aligned text tables.
+//! * `render`  — dwstat's table of each resource.
+//! * `json`    — `--json`: the manager's answer, re-indented only.
+//! * `dwstat`, `dwcli` — the two commands (their binaries only call `main`).
+
+pub mod args;
+pub mod connect;
+pub mod dwcli;
+pub mod dwstat;
+pub mod format;
+pub mod json;
+pub mod render;
+pub mod table;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Print a command's output, or its failure on stderr, and give the exit status.
+pub fn finish(prog: &str, result: Result<String, connect::Failure>) -> ExitCode {
+    match result {
+        Ok(out) => {
+            let mut stdout = std::io::stdout().lock();
+            match stdout
+                .write_all(out.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                // `dwstat | head` closing the pipe early is not an error of ours.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{prog}: cannot write the output: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(f) => {
+            eprint!("{}", f.report(prog));
+            ExitCode::from(f.exit_code() as u8)
+        }
+    }
+}
