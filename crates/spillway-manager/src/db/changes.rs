@@ -233,7 +233,11 @@ impl Db {
             }
         }
         let creator = s.creator.clone().unwrap_or_else(|| "CLI".into());
-        if creator.is_empty() || creator.len() > 64 || creator.contains(['\'', '"', '\n']) {
+        // Plain characters: dwstat prints it in a column that scripts split on spaces.
+        let plain = creator
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-@".contains(&b));
+        if creator.is_empty() || creator.len() > 64 || !plain {
             return Err(DbError::Invalid(format!("invalid creator {creator:?}")));
         }
         for n in &s.client_nodes {
