@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Spillway end to end, on one machine: 2 storage servers + a FUSE client, a few hundred MB
-# of real data copied in and verified byte for byte, stripes shown spread over the servers,
-# and a clean teardown. Exits non-zero on any failure; always tears down.
+# Spillway end to end, on one machine: a local site (the manager over HTTPS with MUNGE,
+# 2 storage servers, an agent for this machine), a persistent instance created with dwcli
+# and mounted by the agent, a few hundred MB of real data copied in and verified byte for
+# byte, stripes shown spread over the servers, dwstat, then the instance destroyed and
+# the site torn down. Exits non-zero on any failure; always tears down.
 #
 #   scripts/demo.sh
-#   SPILLWAY_DEMO_DIR=/tmp/spillway-demo   cluster directory (servers, logs, mount)
-#   SPILLWAY_DEMO_KEEP=1                   leave the cluster running at the end
+#   SPILLWAY_DEMO_DIR=/tmp/spillway-demo   site directory (servers, manager, logs, mounts)
+#   SPILLWAY_DEMO_KEEP=1                   leave the site running at the end
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib/common.sh"
@@ -22,8 +24,8 @@ teardown() {
     local rc=$?
     set +e
     if [[ "$KEEP" == 1 && $rc -eq 0 ]]; then
-        printf '\nSPILLWAY_DEMO_KEEP=1: the cluster is still up at %s (stop it with: %s cluster down --dir %s)\n' \
-            "$DEMO_DIR/mnt" "$SPILLWAY_BIN" "$DEMO_DIR"
+        printf '\nSPILLWAY_DEMO_KEEP=1: the site is still up, the instance mounted at %s (stop it with: %s local down --dir %s)\n' \
+            "${MNT:-?}" "$SPILLWAY_BIN" "$DEMO_DIR"
     elif [[ $TORN_DOWN == 0 ]]; then
         if [[ $rc -ne 0 ]]; then
             printf '\nThe demo failed (exit %d); tearing down.\n' "$rc" >&2
@@ -33,12 +35,22 @@ teardown() {
                     printf 'Server and client logs kept in %s\n' "${DEMO_DIR}-logs" >&2
             fi
         fi
-        cluster_down "$DEMO_DIR"
+        site_down
         kill_run_processes
         [[ -n "$(mounts_under "$DEMO_DIR")" ]] || rm -rf "$DEMO_DIR"
     fi
     rm -rf "$SRC_DIR"
     exit "$rc"
+}
+# site_down: stop the local site (if any) and whatever it left mounted.
+site_down() {
+    if [[ -f "$DEMO_DIR/local.json" ]]; then
+        bounded 120 "$SPILLWAY_BIN" local down --dir "$DEMO_DIR" --keep-data || true
+    fi
+    local m
+    for m in $(mounts_under "$DEMO_DIR"); do
+        umount -l "$m" 2>/dev/null || true
+    done
 }
 trap teardown EXIT
 trap 'exit 130' INT TERM
@@ -49,18 +61,40 @@ step "1/7 Setup: packages, toolchain and release build (scripts/setup.sh)"
 "$SPILLWAY_REPO/scripts/setup.sh"
 require_spillway
 
-step "2/7 Start $SERVERS storage servers and mount a $CAPACITY instance"
+step "2/7 Start a local site and get a $CAPACITY persistent instance mounted through the control plane"
 if [[ -e "$DEMO_DIR" ]]; then
     info "removing the leftovers of an earlier run in $DEMO_DIR"
-    cluster_down "$DEMO_DIR"
+    site_down
     [[ -z "$(mounts_under "$DEMO_DIR")" ]] || die "could not unmount the old $DEMO_DIR"
     rm -rf "$DEMO_DIR"
 fi
-info "\$ spillway cluster up --dir $DEMO_DIR --servers $SERVERS --capacity $CAPACITY"
-cluster_up "$DEMO_DIR" "$SERVERS" "$CAPACITY"
-MNT=$CLUSTER_MNT
-info "mounted at $MNT: $(findmnt -rn -o FSTYPE,SOURCE --mountpoint "$MNT")"
+NODE="$(hostname)"
+info "\$ spillway local up --dir $DEMO_DIR --servers $SERVERS --server-capacity $CAPACITY --node $NODE"
+bounded 120 "$SPILLWAY_BIN" local up --dir "$DEMO_DIR" --servers "$SERVERS" \
+    --server-capacity "$CAPACITY" --granularity 1GiB --node "$NODE" | sed 's/^/      /'
+export SPILLWAY_CONFIG="$DEMO_DIR/spillway.conf"
+DWCLI="$SPILLWAY_REPO/target/release/dwcli"
+DWSTAT="$SPILLWAY_REPO/target/release/dwstat"
+# dwcli_id ARGS...: run `dwcli --json ARGS` (echoing the command) and print the new object's id.
+dwcli_id() {
+    info "\$ dwcli $*" >&2
+    "$DWCLI" --json "$@" | jq -er '.id'
+}
+SESSION=$(dwcli_id create session --token demo --owner 0 --creator CLI --hosts "$NODE")
+INSTANCE=$(dwcli_id create instance --capacity "$CAPACITY" --session "$SESSION" --pool wlm_pool --label demo)
+CONF=$(dwcli_id create configuration --type scratch --access-mode stripe --root-permissions 0755 --instance "$INSTANCE")
+t0=$EPOCHREALTIME
+ACTIVATION=$(dwcli_id create activation --session "$SESSION" --configuration "$CONF")
+MNT=$("$DWCLI" --json ls activations | jq -er ".activations[] | select(.id == $ACTIVATION) | .mount")
+for _ in $(seq 1 300); do
+    findmnt -rn --mountpoint "$MNT" >/dev/null && break
+    sleep 0.1
+done
+findmnt -rn --mountpoint "$MNT" >/dev/null || die "the agent did not mount activation $ACTIVATION at $MNT (see $DEMO_DIR/logs/agent.log)"
+info "the agent mounted it at $MNT, $(fmt "$(calc "($EPOCHREALTIME - $t0) * 1000")" 0) ms after the activation was asked for"
 info "servers' storage roots: $(echo "$DEMO_DIR"/servers/s*)"
+info "\$ dwstat instances"
+"$DWSTAT" instances | sed 's/^/      /'
 df -h "$MNT" | sed 's/^/    /'
 
 step "3/7 Copy a real data set in: ${DATASETS[*]} and 256 MiB of random data"
@@ -132,19 +166,32 @@ info "bytes on each server's storage root (all data, all metadata):"
 for s in "$DEMO_DIR"/servers/s*; do
     printf '      %-40s %8.1f MiB\n' "$s" "$(calc "$(du -sb "$s" | cut -f1) / 1048576")"
 done
-info "\$ spillway cluster status --dir $DEMO_DIR"
-spillway cluster status --dir "$DEMO_DIR" | sed 's/^/      /'
+info "\$ dwstat most; dwstat nodes; dwstat fragments"
+"$DWSTAT" most | sed 's/^/      /'
+"$DWSTAT" nodes fragments | sed 's/^/      /'
 
 if [[ "$KEEP" == 1 ]]; then
-    step "6/7 Leaving the cluster up (SPILLWAY_DEMO_KEEP=1)"
+    step "6/7 Leaving the site up (SPILLWAY_DEMO_KEEP=1)"
     rm -rf "$SRC_DIR"
     exit 0
 fi
 
-step "6/7 Tear down"
-info "\$ spillway cluster down --dir $DEMO_DIR"
+step "6/7 Destroy the instance, then tear the site down"
+info "\$ dwcli rm session --id $SESSION"
+"$DWCLI" rm session --id "$SESSION" | sed 's/^/      /'
+for _ in $(seq 1 300); do
+    [[ "$("$DWCLI" --json ls sessions | jq '.sessions | length')" == 0 ]] && break
+    sleep 0.1
+done
+[[ "$("$DWCLI" --json ls sessions | jq '.sessions | length')" == 0 ]] || die "the session was not destroyed"
+! findmnt -rn --mountpoint "$MNT" >/dev/null || die "$MNT is still mounted after the destroy"
+for s in "$DEMO_DIR"/servers/s*; do
+    [[ -z "$(ls -A "$s/fragments")" ]] || die "$s still holds fragments after the destroy"
+done
+info "unmounted, fragments gone from every server, session gone"
+info "\$ spillway local down --dir $DEMO_DIR"
 TORN_DOWN=1
-bounded 120 "$SPILLWAY_BIN" cluster down --dir "$DEMO_DIR" || die "spillway cluster down failed"
+bounded 120 "$SPILLWAY_BIN" local down --dir "$DEMO_DIR" --keep-data || die "spillway local down failed"
 
 step "7/7 Check that nothing is left behind"
 left_mounts="$(mounts_under "$DEMO_DIR")"
@@ -154,9 +201,9 @@ if [[ -n "$left_mounts" || -n "$left_procs" || -n "$left_tagged" ]]; then
     [[ -z "$left_mounts" ]] || printf 'still mounted:\n%s\n' "$left_mounts" >&2
     [[ -z "$left_procs$left_tagged" ]] || printf 'still running:\n%s\n%s\n' "$left_procs" "$left_tagged" >&2
     TORN_DOWN=0 # let the exit trap clean up
-    die "spillway cluster down left things behind"
+    die "spillway local down left things behind"
 fi
-info "no mount under $DEMO_DIR, no process of this cluster"
+info "no mount under $DEMO_DIR, no process of this site"
 rm -rf "$DEMO_DIR"
 
 printf '\nDemo passed: %d MiB (%d files) went through Spillway and came back identical.\n' \
