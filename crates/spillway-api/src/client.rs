@@ -149,18 +149,32 @@ impl ApiClient {
         self.finish(resp)
     }
 
+    /// A request with a JSON body.
+    fn send<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ApiError> {
+        let url = self.url(path);
+        let req = match method {
+            "POST" => self.agent.post(&url),
+            "PATCH" => self.agent.patch(&url),
+            _ => self.agent.put(&url),
+        };
+        let resp = req
+            .header("Authorization", &self.auth()?)
+            .send_json(body)
+            .map_err(|e| self.unreachable(e))?;
+        self.finish(resp)
+    }
+
     pub fn post<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,
         body: &B,
     ) -> Result<T, ApiError> {
-        let resp = self
-            .agent
-            .post(&self.url(path))
-            .header("Authorization", &self.auth()?)
-            .send_json(body)
-            .map_err(|e| self.unreachable(e))?;
-        self.finish(resp)
+        self.send("POST", path, body)
     }
 
     pub fn patch<B: Serialize, T: DeserializeOwned>(
@@ -168,13 +182,7 @@ impl ApiClient {
         path: &str,
         body: &B,
     ) -> Result<T, ApiError> {
-        let resp = self
-            .agent
-            .patch(&self.url(path))
-            .header("Authorization", &self.auth()?)
-            .send_json(body)
-            .map_err(|e| self.unreachable(e))?;
-        self.finish(resp)
+        self.send("PATCH", path, body)
     }
 
     pub fn put<B: Serialize, T: DeserializeOwned>(
@@ -182,12 +190,6 @@ impl ApiClient {
         path: &str,
         body: &B,
     ) -> Result<T, ApiError> {
-        let resp = self
-            .agent
-            .put(&self.url(path))
-            .header("Authorization", &self.auth()?)
-            .send_json(body)
-            .map_err(|e| self.unreachable(e))?;
-        self.finish(resp)
+        self.send("PUT", path, body)
     }
 }

@@ -446,22 +446,33 @@ impl Db {
     }
 
     pub fn destroy_instance(&mut self, v: Viewer, id: u64) -> DbResult<Instance> {
+        self.set_destroy(
+            v,
+            "instances",
+            "SELECT session FROM instances WHERE id = ?1",
+            id,
+        )?;
+        self.instance(Viewer::Admin, id)
+    }
+
+    /// Set the goal of row `id` of `table` to destroy, if `v` owns the session that
+    /// `session_sql` (with `?1` = id) finds for it.
+    fn set_destroy(&mut self, v: Viewer, table: &str, session_sql: &str, id: u64) -> DbResult<()> {
+        let what = table.trim_end_matches('s');
         let tx = self.conn_mut().transaction()?;
         let session: i64 = tx
-            .query_row(
-                "SELECT session FROM instances WHERE id = ?1",
-                [id as i64],
-                |r| r.get(0),
-            )
+            .query_row(session_sql, [id as i64], |r| r.get(0))
             .optional()?
-            .ok_or_else(|| DbError::NotFound(format!("no instance {id}")))?;
+            .ok_or_else(|| DbError::NotFound(format!("no {what} {id}")))?;
         owned_session(&tx, v, session as u64)?;
         tx.execute(
-            "UPDATE instances SET goal = 'destroy', actualized = 0 WHERE id = ?1",
+            &format!(
+                "UPDATE {table} SET goal = 'destroy', actualized = 0, failures = 0 WHERE id = ?1"
+            ),
             [id as i64],
         )?;
         tx.commit()?;
-        self.instance(Viewer::Admin, id)
+        Ok(())
     }
 
     // ---------------------------------------------------------------- configurations
@@ -524,21 +535,12 @@ impl Db {
     }
 
     pub fn destroy_configuration(&mut self, v: Viewer, id: u64) -> DbResult<Configuration> {
-        let tx = self.conn_mut().transaction()?;
-        let session: i64 = tx
-            .query_row(
-                "SELECT i.session FROM configurations c JOIN instances i ON i.id = c.instance WHERE c.id = ?1",
-                [id as i64],
-                |r| r.get(0),
-            )
-            .optional()?
-            .ok_or_else(|| DbError::NotFound(format!("no configuration {id}")))?;
-        owned_session(&tx, v, session as u64)?;
-        tx.execute(
-            "UPDATE configurations SET goal = 'destroy', actualized = 0 WHERE id = ?1",
-            [id as i64],
+        self.set_destroy(
+            v,
+            "configurations",
+            "SELECT i.session FROM configurations c JOIN instances i ON i.id = c.instance WHERE c.id = ?1",
+            id,
         )?;
-        tx.commit()?;
         self.configuration(Viewer::Admin, id)
     }
 
@@ -646,21 +648,12 @@ impl Db {
     }
 
     pub fn destroy_activation(&mut self, v: Viewer, id: u64) -> DbResult<Activation> {
-        let tx = self.conn_mut().transaction()?;
-        let session: i64 = tx
-            .query_row(
-                "SELECT session FROM activations WHERE id = ?1",
-                [id as i64],
-                |r| r.get(0),
-            )
-            .optional()?
-            .ok_or_else(|| DbError::NotFound(format!("no activation {id}")))?;
-        owned_session(&tx, v, session as u64)?;
-        tx.execute(
-            "UPDATE activations SET goal = 'destroy', actualized = 0, failures = 0 WHERE id = ?1",
-            [id as i64],
+        self.set_destroy(
+            v,
+            "activations",
+            "SELECT session FROM activations WHERE id = ?1",
+            id,
         )?;
-        tx.commit()?;
         self.activation(Viewer::Admin, id)
     }
 }
