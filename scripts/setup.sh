@@ -150,5 +150,11 @@ else
     say "building the workspace (cargo build --release --workspace)"
     (cd "$REPO" && cargo build --release --workspace </dev/null) || die "cargo build --release --workspace failed"
     say "build done: binaries in $REPO/target/release"
+    # The manager's HTTPS identity is made at install: a site CA and a certificate for
+    # this host (kept if present; manager.conf and spillway.conf can point elsewhere).
+    if [[ $EUID -eq 0 ]]; then
+        "$REPO/target/release/spillway" tls init --dir /etc/spillway/tls </dev/null |
+            sed 's/^/[setup] tls: /' || die "spillway tls init failed"
+    fi
 fi
 say "ready"
