@@ -452,3 +452,23 @@ def test_servers_take_only_the_capability_the_manager_issued(site_factory, user)
     assert _hello_errno(server, ROLE_CLIENT, da["instance"], ca[:-1] + bytes([ca[-1] ^ 1])) == errno.EACCES
     assert _hello_errno(server, ROLE_CLIENT, da["instance"], b"") == errno.EACCES
     assert user.run(_hello_errno, server, ROLE_CLIENT, da["instance"], b"") == errno.EACCES
+
+
+def test_members_of_the_admin_group_are_admins(site_factory, user2):
+    """admin_group in manager.conf: its members may do what root may."""
+    site = site_factory(servers=1)
+    group = "spwtest-admins"
+    subprocess.run(["groupadd", "-f", group], check=True)
+    subprocess.run(["gpasswd", "-a", user2.name, group], check=True, capture_output=True)
+    try:
+        assert site.request("POST", "/dw/v1/pools", {"id": "grp", "granularity": GiB}, as_user=user2.name)[0] == 403
+        with open(os.path.join(site.dir, "manager.conf"), "a") as f:
+            f.write(f"admin_group = {group}\n")
+        site.kill("manager", signal="TERM")
+        site.start("manager")
+        status, out = site.request("POST", "/dw/v1/pools", {"id": "grp", "granularity": GiB}, as_user=user2.name)
+        assert status == 201, out
+        assert site.request("PATCH", "/dw/v1/nodes/server0", {"drain": True}, as_user=user2.name)[0] == 200
+    finally:
+        subprocess.run(["gpasswd", "-d", user2.name, group], capture_output=True)
+        subprocess.run(["groupdel", group], capture_output=True)
