@@ -90,8 +90,21 @@ class Tools:
         self.tools = tools
         self.site = site
 
+    def user_copy(self, prog):
+        """The binary copied next to the site (whose parent is 0755): the checkout may lie
+        below a directory other users cannot enter (CI's clone in a 0700 mktemp dir)."""
+        d = os.path.join(os.path.dirname(self.site.dir), "bin")
+        os.makedirs(d, mode=0o755, exist_ok=True)
+        dst = os.path.join(d, prog)
+        if not os.path.exists(dst):
+            shutil.copy(self.tools[prog], dst + ".tmp")
+            os.chmod(dst + ".tmp", 0o755)
+            os.replace(dst + ".tmp", dst)
+        return dst
+
     def run(self, prog, *args, check=True, config=None, user=None):
-        cmd = [self.tools[prog], "--config", config or self.site.config, *map(str, args)]
+        exe = self.tools[prog] if user is None else self.user_copy(prog)
+        cmd = [exe, "--config", config or self.site.config, *map(str, args)]
         if user is not None:
             cmd = ["runuser", "-u", user, "--", *cmd]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
