@@ -10,7 +10,7 @@ use crate::cluster::{is_mounted, unmount};
 use spillway_api::config::{self, ClientConfig};
 use spillway_api::{AgentHello, AgentMount, AgentReport, AgentWork, ApiClient, Goal};
 use std::collections::HashMap;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -139,18 +139,7 @@ impl Agent {
         if std::fs::read_to_string(path).ok().as_deref() == Some(text) {
             return Ok(());
         }
-        let tmp = path.with_extension("tmp");
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
-        use std::io::Write;
-        f.write_all(text.as_bytes())
-            .and_then(|()| f.sync_all())
-            .and_then(|()| std::fs::rename(&tmp, path))
+        spillway_types::files::write_atomic(path, text.as_bytes(), 0o600)
             .map_err(|e| format!("{}: {e}", path.display()))
     }
 

@@ -14,9 +14,7 @@ use spillway_types::descriptor::{decode_hex, encode_hex};
 use spillway_types::InstanceDescriptor;
 use spillway_wire::messages::*;
 use spillway_wire::{Endpoint, PROTOCOL_VERSION};
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -303,23 +301,8 @@ fn secret_path(dir: &Path) -> PathBuf {
 /// any old one in one rename: a reader (the client renewing its credential) sees the
 /// old file or the new one, never a torn or readable-by-all one.
 fn write_private(path: &Path, text: &str) -> Result<(), String> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let _ = std::fs::remove_file(&tmp);
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| format!("{}: {e}", path.display()))
+    spillway_types::files::write_atomic(path, text.as_bytes(), 0o600)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The instance secret of a cluster being resumed. A cluster made before capabilities

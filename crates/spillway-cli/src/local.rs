@@ -60,9 +60,8 @@ pub fn load(dir: &Path) -> Result<LocalSite, String> {
 
 fn save(dir: &Path, s: &LocalSite) -> Result<(), String> {
     let p = state_path(dir);
-    let tmp = p.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(s).unwrap_or_default())
-        .and_then(|()| std::fs::rename(&tmp, &p))
+    let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
+    spillway_types::files::write_atomic(&p, text.as_bytes(), 0o644)
         .map_err(|e| format!("{}: {e}", p.display()))
 }
 

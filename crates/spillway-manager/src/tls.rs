@@ -1,8 +1,6 @@
 //! The manager's HTTPS identity: a site CA and a server certificate signed by it,
 //! generated once at install (`spillway tls init`), and the rustls setup that serves it.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Names and addresses the generated certificate is valid for, besides those given:
@@ -19,17 +17,7 @@ fn default_names() -> Vec<String> {
 }
 
 fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), String> {
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .and_then(|()| std::fs::rename(&tmp, path))
+    spillway_types::files::write_atomic(path, text.as_bytes(), mode)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 

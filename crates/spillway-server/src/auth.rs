@@ -2,8 +2,7 @@
 //! handshake uses (so the time a refusal takes tells nothing about the secret).
 
 use spillway_types::descriptor::{decode_hex, encode_hex};
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Read;
 use std::path::Path;
 
 /// Bytes of the admin key.
@@ -48,20 +47,8 @@ pub fn load_or_create_admin_key(root: &Path) -> Result<Vec<u8>, String> {
     }
     let key = random_bytes(ADMIN_KEY_LEN).map_err(|e| format!("cannot get random bytes: {e}"))?;
     // Written under a temporary name and renamed, so a crash never leaves a torn key.
-    let tmp = root.join("admin.key.tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(encode_hex(&key).as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(root)?.sync_all()
-    };
-    write().map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    spillway_types::files::write_atomic(&path, encode_hex(&key).as_bytes(), 0o600)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     tracing::info!("created admin key {}", path.display());
     Ok(key)
 }

@@ -1,11 +1,12 @@
 //! Types every Spillway component shares: typed ids, file attributes, the instance
-//! descriptor handed to clients, client capabilities, and the tunables. Nothing here
-//! does I/O.
+//! descriptor handed to clients, client capabilities, and the tunables; and the one way
+//! small files (keys, secrets, descriptors) are written (`files`).
 
 pub mod attr;
 pub mod capability;
 pub mod descriptor;
 pub mod errno;
+pub mod files;
 pub mod ids;
 pub mod tunables;
 
