@@ -7,7 +7,6 @@
 //! pages and attributes when another client changed the file; close and fsync push
 //! this client's writes to the servers before they return.
 
-use crate::instance::Instance;
 use crate::nodes::{Node, OpenFile, Tables};
 use crate::writeback::WriteBack;
 use fuser::{
@@ -16,6 +15,7 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
 };
+use spillway_stubs::Instance;
 use spillway_types::tunables::{MAX_NAME_LEN, MAX_SYMLINK_LEN};
 use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec, Tunables, ROOT_INODE};
 use spillway_wire::messages::{

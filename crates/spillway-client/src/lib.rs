@@ -1,18 +1,18 @@
 //! The Spillway client: a FUSE file system process behind a mount, talking to the
 //! instance's storage servers directly.
 //!
-//! * `instance` — the servers of one instance and the client stubs, one per server
-//!   handler (`lookup` here ↔ `LookupReq` there), placed by `spillway-placement`.
+//! * `spillway_stubs::Instance` — the servers of one instance and the client stubs,
+//!   one per server handler (`lookup` here ↔ `LookupReq` there), placed by
+//!   `spillway-placement` (its own crate: the servers' stage coordinator uses it too).
 //! * `nodes`    — what this client knows of inodes and open files.
 //! * `writeback`— the per-file write-back buffer (close-to-open: flushed at close/fsync).
 //! * `fs`       — the FUSE operations, each mapped onto the stubs.
 //! * `mount`    — mounting, the kernel connection's settings, and unmount on SIGTERM.
 
 pub mod fs;
-pub mod instance;
 pub mod mount;
 pub mod nodes;
 pub mod writeback;
 
-pub use instance::Instance;
 pub use mount::{mount_foreground, MountArgs};
+pub use spillway_stubs::{instance, Instance};

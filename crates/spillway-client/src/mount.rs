@@ -2,8 +2,8 @@
 //! semantics need, serve until unmounted, and unmount on SIGTERM/SIGINT.
 
 use crate::fs::SpillwayFs;
-use crate::instance::Instance;
 use fuser::{Config, MountOption, Session, SessionACL};
+use spillway_stubs::Instance;
 use spillway_types::{InstanceDescriptor, Tunables, ROOT_INODE};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};

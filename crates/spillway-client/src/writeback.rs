@@ -19,8 +19,8 @@
 //! the reconnect (writes are idempotent), so each request keeps its own copy of the
 //! bytes until it is answered.
 
-use crate::instance::Instance;
 use spillway_placement::Layout;
+use spillway_stubs::Instance;
 use spillway_types::{Attr, Errno, InodeNo, ServerIndex, StripeIndex, Tunables};
 use spillway_wire::messages::WriteReq;
 use spillway_wire::OwnedCall;

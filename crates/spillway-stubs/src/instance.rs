@@ -41,7 +41,14 @@ pub struct Instance {
 impl Instance {
     /// An instance whose credential stays the descriptor's.
     pub fn new(desc: InstanceDescriptor, tunables: &Tunables, peer_name: &str) -> Instance {
-        Self::build(desc, None, tunables, peer_name)
+        Self::build(desc, role::CLIENT, None, tunables, peer_name)
+    }
+
+    /// The instance as one of its own servers sees it: the descriptor's credential is
+    /// the instance secret and every connection is a peer's (the stage coordinator,
+    /// which checks the job owner's permissions itself).
+    pub fn peer(desc: InstanceDescriptor, tunables: &Tunables, peer_name: &str) -> Instance {
+        Self::build(desc, role::PEER, None, tunables, peer_name)
     }
 
     /// An instance mounted from the descriptor file `origin`: before each connection
@@ -53,11 +60,12 @@ impl Instance {
         tunables: &Tunables,
         peer_name: &str,
     ) -> Instance {
-        Self::build(desc, Some(origin), tunables, peer_name)
+        Self::build(desc, role::CLIENT, Some(origin), tunables, peer_name)
     }
 
     fn build(
         desc: InstanceDescriptor,
+        role: u8,
         origin: Option<&Path>,
         tunables: &Tunables,
         peer_name: &str,
@@ -69,7 +77,7 @@ impl Instance {
                 let hello = HelloReq {
                     version_min: PROTOCOL_VERSION,
                     version_max: PROTOCOL_VERSION,
-                    role: role::CLIENT,
+                    role,
                     instance: desc.instance,
                     credential: desc.credential_bytes(),
                     peer_name: peer_name.to_string(),
