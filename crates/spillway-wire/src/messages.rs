@@ -227,6 +227,22 @@ wire_struct!(StatFsReply {
 });
 wire_struct!(SyncMetaReq {});
 wire_struct!(
+    /// This fragment's usage counters (libdatawarp's accounting). Counters run from the
+    /// server's start; `max_used` is the most data stored at once since then.
+    FragmentStatsReq {}
+);
+wire_struct!(FragmentStatsReply {
+    capacity: u64,
+    used: u64,
+    max_used: u64,
+    bytes_written: u64,
+    bytes_read: u64,
+    inodes: u64,
+    files_created: u64,
+    stage_bytes_read: u64,
+    stage_bytes_written: u64,
+});
+wire_struct!(
     /// Set the stripe geometry of a regular file that holds no data yet, or of a
     /// directory (then the default for files created in it; subdirectories do not
     /// inherit it). `stripe_width` 0 means all servers.
@@ -261,6 +277,124 @@ wire_struct!(StripeLen {
     len: u64
 });
 wire_struct!(StripeInfoReply { stripes: Vec<StripeLen> });
+
+// ---- staging (docs/staging.md) ------------------------------------------------------
+/// Which way a stage copies.
+pub mod stage_dir {
+    /// PFS → instance.
+    pub const IN: u8 = 0;
+    /// Instance → PFS.
+    pub const OUT: u8 = 1;
+}
+/// What a stage names: one file, a directory tree, or a list of file pairs.
+pub mod stage_kind {
+    pub const FILE: u8 = 0;
+    pub const DIRECTORY: u8 = 1;
+    pub const LIST: u8 = 2;
+}
+/// A stage as its coordinator reports it.
+pub mod stage_state {
+    /// The server does not know the stage (never started here, forgotten, or lost in a
+    /// restart).
+    pub const UNKNOWN: u8 = 0;
+    pub const RUNNING: u8 = 1;
+    pub const COMPLETE: u8 = 2;
+    pub const FAILED: u8 = 3;
+    pub const TERMINATED: u8 = 4;
+}
+/// One file of a stage.
+pub mod file_state {
+    /// Found by the enumeration, not copied yet.
+    pub const PENDING: u8 = 0;
+    /// Copied, byte count checked, destination fsynced.
+    pub const COMPLETE: u8 = 1;
+    pub const FAILED: u8 = 2;
+}
+wire_struct!(StagePair {
+    source: String,
+    destination: String
+});
+wire_struct!(
+    /// Start a stage on this server as its coordinator (admin role: the manager).
+    /// Paths inside the instance are absolute from its root (`/in/x`); PFS paths are
+    /// absolute and must lie under one of `pfs_roots`. Starting a stage id that this
+    /// server already knows is a no-op.
+    StageStartReq {
+        stage: u64,
+        instance: u64,
+        direction: u8,
+        kind: u8,
+        /// One pair for file and directory stages, any number for lists.
+        pairs: Vec<StagePair>,
+        /// The identity the stage runs as (primary gid and groups come from the
+        /// server's user database).
+        uid: u32,
+        pfs_roots: Vec<String>,
+        /// Files copied at once.
+        files_in_flight: u32,
+    }
+);
+wire_struct!(
+    /// Progress of a stage since `cursor` (0 at first); waits up to `wait_ms` for
+    /// something new (a file event or the end).
+    StageProgressReq { stage: u64, cursor: u64, wait_ms: u32 }
+);
+wire_struct!(StageFileEvent {
+    /// The file's path inside the instance.
+    path: String,
+    /// `file_state`.
+    state: u8,
+    /// Positive errno of a failed file (0 otherwise).
+    errno: i32,
+    message: String,
+    bytes: u64,
+});
+wire_struct!(StageProgressReply {
+    /// `stage_state`.
+    state: u8,
+    /// True once every file of the stage is known (`files_total` is final).
+    enumerated: bool,
+    files_total: u64,
+    files_done: u64,
+    files_failed: u64,
+    bytes_total: u64,
+    bytes_done: u64,
+    /// File events after the request's cursor, in order (at most a few thousand).
+    events: Vec<StageFileEvent>,
+    /// The cursor to ask from next.
+    cursor: u64,
+    /// Why the stage failed (the first failure), empty otherwise.
+    error: String,
+});
+wire_struct!(
+    /// Stop a running stage: no new file is started; files in flight finish or fail.
+    StageCancelReq { stage: u64 }
+);
+wire_struct!(
+    /// Drop a finished stage's record on this server (the manager has recorded it).
+    StageForgetReq { stage: u64 }
+);
+wire_struct!(
+    /// Peer role: copy the stripes of one file that this server holds between its
+    /// fragment and the PFS file `pfs_path`, as `uid`; `pfs_ino` is the PFS file's inode
+    /// number as the coordinator opened it (a file swapped since is refused). Replies
+    /// once the bytes are checked and the destination fdatasynced.
+    StageStripesReq {
+        ino: InodeNo,
+        stripe_size: u32,
+        stripe_width: u16,
+        size: u64,
+        direction: u8,
+        pfs_path: String,
+        pfs_ino: u64,
+        uid: u32,
+        pfs_roots: Vec<String>,
+    }
+);
+wire_struct!(StageStripesReply {
+    /// Bytes of the file this server's stripes cover.
+    bytes: u64
+});
 
 macro_rules! calls {
     ($( $op:literal $req:ident -> $reply:ty, $idem:literal; )*) => {
@@ -349,10 +483,16 @@ calls! {
     40 SyncMetaReq -> Empty, true;
     41 ReadLinkReq -> BytesReply, true;
     42 SetLayoutReq -> AttrReply, true;
+    43 FragmentStatsReq -> FragmentStatsReply, true;
     62 TruncateDataReq -> Empty, true;
     63 SyncDataReq -> Empty, true;
     64 DeleteDataReq -> Empty, true;
     65 StripeInfoReq -> StripeInfoReply, true;
+    66 StageStripesReq -> StageStripesReply, true;
+    70 StageStartReq -> Empty, true;
+    71 StageProgressReq -> StageProgressReply, true;
+    72 StageCancelReq -> Empty, true;
+    73 StageForgetReq -> Empty, true;
 }
 
 impl Call for WriteReq {

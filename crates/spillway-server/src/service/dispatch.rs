@@ -22,6 +22,10 @@ pub fn admin(registry: &Registry, req: Request) -> StoreResult<Reply> {
             fragments: registry.list()?,
         })),
         Request::ServerStatusReq(_) => Ok(Reply::of(&registry.status()?)),
+        Request::StageStartReq(_)
+        | Request::StageProgressReq(_)
+        | Request::StageCancelReq(_)
+        | Request::StageForgetReq(_) => Err(fs(Errno::ENOSYS)),
         // Admin sessions hold no instance: no metadata or data requests.
         _ => Err(fs(Errno::EPERM)),
     }
@@ -40,7 +44,11 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
         Request::FragmentCreateReq(_)
         | Request::FragmentDestroyReq(_)
         | Request::FragmentListReq(_)
-        | Request::ServerStatusReq(_) => {
+        | Request::ServerStatusReq(_)
+        | Request::StageStartReq(_)
+        | Request::StageProgressReq(_)
+        | Request::StageCancelReq(_)
+        | Request::StageForgetReq(_) => {
             return Err(fs(Errno::EPERM));
         }
         // ---- metadata
@@ -110,6 +118,7 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
             inodes: f.meta.inode_count()?,
         }),
         Request::SyncMetaReq(_) => f.meta.sync().map(|()| empty())?,
+        Request::FragmentStatsReq(_) => return Err(fs(Errno::ENOSYS)),
         Request::ReadLinkReq(r) => Reply::of(&BytesReply {
             value: f.meta.read_link(r.ino)?,
         }),
@@ -131,5 +140,6 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
         Request::StripeInfoReq(r) => Reply::of(&StripeInfoReply {
             stripes: f.data.stripe_info(r.ino),
         }),
+        Request::StageStripesReq(_) => return Err(fs(Errno::ENOSYS)),
     })
 }
