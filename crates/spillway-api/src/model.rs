@@ -408,6 +408,293 @@ pub struct NewActivation {
     pub mount: Option<String>,
 }
 
+// ------------------------------------------------------------------ stages
+/// Which way a stage copies: `in` (PFS → instance) or `out` (instance → PFS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageDirection {
+    In,
+    Out,
+}
+
+impl StageDirection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageDirection::In => "in",
+            StageDirection::Out => "out",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StageDirection> {
+        match s {
+            "in" => Some(StageDirection::In),
+            "out" => Some(StageDirection::Out),
+            _ => None,
+        }
+    }
+}
+
+/// What a stage names: one file, a directory tree, or a list of file pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageType {
+    File,
+    Directory,
+    List,
+}
+
+impl StageType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageType::File => "file",
+            StageType::Directory => "directory",
+            StageType::List => "list",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StageType> {
+        match s {
+            "file" => Some(StageType::File),
+            "directory" => Some(StageType::Directory),
+            "list" => Some(StageType::List),
+            _ => None,
+        }
+    }
+}
+
+/// When a stage runs: at once, or (stage-out only) when its session is torn down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageWhen {
+    Immediate,
+    JobEnd,
+}
+
+impl StageWhen {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageWhen::Immediate => "immediate",
+            StageWhen::JobEnd => "job_end",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StageWhen> {
+        match s {
+            "immediate" => Some(StageWhen::Immediate),
+            "job_end" => Some(StageWhen::JobEnd),
+            _ => None,
+        }
+    }
+}
+
+/// Where a stage is. `queued`, `deferred` and `running` are active; the others are
+/// final.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageState {
+    /// Waiting for a slot (the instance's stage concurrency) or for the instance.
+    Queued,
+    /// A stage-out waiting for its session's teardown (or an activate).
+    Deferred,
+    Running,
+    Complete,
+    Failed,
+    Terminated,
+    Revoked,
+    /// A stage-out given up by a teardown with `hurry`.
+    Dropped,
+}
+
+impl StageState {
+    pub const ALL: [StageState; 8] = [
+        StageState::Queued,
+        StageState::Deferred,
+        StageState::Running,
+        StageState::Complete,
+        StageState::Failed,
+        StageState::Terminated,
+        StageState::Revoked,
+        StageState::Dropped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageState::Queued => "queued",
+            StageState::Deferred => "deferred",
+            StageState::Running => "running",
+            StageState::Complete => "complete",
+            StageState::Failed => "failed",
+            StageState::Terminated => "terminated",
+            StageState::Revoked => "revoked",
+            StageState::Dropped => "dropped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StageState> {
+        Self::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+
+    /// The stage has ended: nothing will change it any more.
+    pub fn ended(self) -> bool {
+        !matches!(
+            self,
+            StageState::Queued | StageState::Deferred | StageState::Running
+        )
+    }
+}
+
+/// A (source, destination) pair of a list stage.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StagePair {
+    pub source: String,
+    pub destination: String,
+}
+
+/// Why a stage or a file failed: the file (instance path), a positive errno, a message
+/// naming the file and the reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageError {
+    pub path: String,
+    pub errno: i32,
+    pub message: String,
+}
+
+/// A stage as the manager records it (docs/staging.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub id: u64,
+    pub instance: u64,
+    pub session: u64,
+    /// The uid the stage runs as.
+    pub owner: u32,
+    pub direction: StageDirection,
+    #[serde(rename = "type")]
+    pub kind: StageType,
+    pub when: StageWhen,
+    /// PFS path for stage-in, instance path for stage-out; empty for lists.
+    pub source: String,
+    pub destination: String,
+    /// Lists only.
+    pub pairs: Vec<StagePair>,
+    pub state: StageState,
+    pub files_total: u64,
+    pub files_done: u64,
+    pub files_failed: u64,
+    pub bytes_total: u64,
+    pub bytes_done: u64,
+    /// Every file of the stage is known (`files_total` is final).
+    pub enumerated: bool,
+    pub error: Option<StageError>,
+    /// The coordinating server (once started).
+    pub server: Option<String>,
+    pub created: i64,
+    /// Epoch seconds; 0 until started / finished.
+    pub started: i64,
+    pub finished: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewStage {
+    pub instance: u64,
+    pub direction: StageDirection,
+    #[serde(rename = "type")]
+    pub kind: StageType,
+    /// File and directory stages (empty for lists).
+    #[serde(default)]
+    pub source: String,
+    #[serde(default)]
+    pub destination: String,
+    /// List stages only.
+    #[serde(default)]
+    pub pairs: Vec<StagePair>,
+    /// Default immediate; `job_end` for stage-outs only.
+    #[serde(default)]
+    pub when: Option<StageWhen>,
+    /// The uid the stage runs as. Default: the caller; admins only may name another.
+    #[serde(default)]
+    pub owner: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageAction {
+    /// End a queued, deferred or running stage (a running one ends when its
+    /// coordinator confirms).
+    Terminate,
+    /// Cancel a deferred stage-out.
+    Revoke,
+    /// Run a deferred stage-out now.
+    Activate,
+}
+
+impl StageAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageAction::Terminate => "terminate",
+            StageAction::Revoke => "revoke",
+            StageAction::Activate => "activate",
+        }
+    }
+}
+
+/// `PATCH /stages/{id}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageUpdate {
+    pub action: StageAction,
+}
+
+/// A path alone (`file`) or everything at or under it (`tree`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageScope {
+    File,
+    Tree,
+}
+
+/// `POST /instances/{id}/stage_actions`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StagePathAction {
+    pub action: StageAction,
+    pub path: String,
+    pub scope: StageScope,
+}
+
+/// The `dw_query_*` counts of a path or a tree.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageCounts {
+    pub complete: u64,
+    pub pending: u64,
+    pub deferred: u64,
+    pub failed: u64,
+    /// Some stage ever covered the path (else libdatawarp answers -EINVAL).
+    pub started: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageFailure {
+    pub path: String,
+    pub errno: i32,
+    pub message: String,
+    pub stage: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageFailures {
+    pub failures: Vec<StageFailure>,
+    pub more: bool,
+}
+
+/// `PUT /instances/{id}/stage_concurrency`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageConcurrency {
+    pub value: u64,
+}
+
 // ------------------------------------------------------------------ agents
 /// What an agent must make true on its node: the activations to mount or unmount.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

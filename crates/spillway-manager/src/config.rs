@@ -35,6 +35,16 @@ pub struct ManagerConfig {
     pub munge_socket: Option<PathBuf>,
     /// Longest an agent's work request waits for a change.
     pub agent_wait_max: Duration,
+    /// PFS paths of stages must lie under one of these (absolute, no trailing `/`).
+    /// Empty: staging is refused.
+    pub pfs_roots: Vec<String>,
+    /// Stages of one instance running at once: the default, and the range a request
+    /// is clamped to.
+    pub stage_concurrency_default: u32,
+    pub stage_concurrency_min: u32,
+    pub stage_concurrency_max: u32,
+    /// Files each running stage copies at once.
+    pub stage_files_in_flight: u32,
 }
 
 pub const KEYS: &[&str] = &[
@@ -52,7 +62,44 @@ pub const KEYS: &[&str] = &[
     "node_timeout",
     "munge_socket",
     "agent_wait_max",
+    "pfs_roots",
+    "stage_concurrency_default",
+    "stage_concurrency_min",
+    "stage_concurrency_max",
+    "stage_files_in_flight",
 ];
+
+/// `pfs_roots`: colon- or comma-separated absolute paths, normalised (no empty, `.` or
+/// `..` components, no trailing `/`).
+pub fn parse_pfs_roots(v: &str) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for part in v.split([':', ',']) {
+        let p = part.trim();
+        if p.is_empty() {
+            continue;
+        }
+        if !p.starts_with('/') {
+            return Err(format!("pfs_roots: {p:?} is not an absolute path"));
+        }
+        let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
+        if comps.iter().any(|c| *c == "." || *c == "..") {
+            return Err(format!("pfs_roots: {p:?} has . or .. components"));
+        }
+        let norm = format!("/{}", comps.join("/"));
+        if !out.contains(&norm) {
+            out.push(norm);
+        }
+    }
+    Ok(out)
+}
+
+fn count(k: &str, v: &str, min: u32) -> Result<u32, String> {
+    v.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n >= min)
+        .ok_or_else(|| format!("{k}: {v:?} is not a whole number of at least {min}"))
+}
 
 fn secs(k: &str, v: &str) -> Result<Duration, String> {
     let t = v.trim();
@@ -98,7 +145,18 @@ impl ManagerConfig {
             node_timeout: Duration::from_secs(10),
             munge_socket: None,
             agent_wait_max: Duration::from_secs(25),
+            pfs_roots: Vec::new(),
+            stage_concurrency_default: 4,
+            stage_concurrency_min: 1,
+            stage_concurrency_max: 64,
+            stage_files_in_flight: 16,
         }
+    }
+
+    /// `value` within `[stage_concurrency_min, stage_concurrency_max]`.
+    pub fn clamp_concurrency(&self, value: u64) -> u32 {
+        let v = value.min(u32::MAX as u64) as u32;
+        v.clamp(self.stage_concurrency_min, self.stage_concurrency_max)
     }
 
     pub fn load(path: &Path) -> Result<ManagerConfig, String> {
@@ -106,7 +164,7 @@ impl ManagerConfig {
         let get = |k: &str| m.get(k).map(String::as_str);
         let need = |k: &str| get(k).ok_or_else(|| format!("{}: {k} is not set", path.display()));
         let state_dir = PathBuf::from(need("state_dir")?);
-        let c = ManagerConfig {
+        let mut c = ManagerConfig {
             listen: need("listen")?.to_string(),
             tls_cert: get("tls_cert")
                 .map(PathBuf::from)
@@ -161,7 +219,35 @@ impl ManagerConfig {
                 .map(|v| secs("agent_wait_max", v))
                 .transpose()?
                 .unwrap_or(Duration::from_secs(25)),
+            pfs_roots: get("pfs_roots")
+                .map(parse_pfs_roots)
+                .transpose()?
+                .unwrap_or_default(),
+            stage_concurrency_min: get("stage_concurrency_min")
+                .map(|v| count("stage_concurrency_min", v, 1))
+                .transpose()?
+                .unwrap_or(1),
+            stage_concurrency_max: get("stage_concurrency_max")
+                .map(|v| count("stage_concurrency_max", v, 1))
+                .transpose()?
+                .unwrap_or(64),
+            stage_concurrency_default: get("stage_concurrency_default")
+                .map(|v| count("stage_concurrency_default", v, 1))
+                .transpose()?
+                .unwrap_or(4),
+            stage_files_in_flight: get("stage_files_in_flight")
+                .map(|v| count("stage_files_in_flight", v, 1))
+                .transpose()?
+                .unwrap_or(16),
         };
+        if c.stage_concurrency_min > c.stage_concurrency_max {
+            return Err(format!(
+                "stage_concurrency_min ({}) is above stage_concurrency_max ({})",
+                c.stage_concurrency_min, c.stage_concurrency_max
+            ));
+        }
+        // The default lies in the range (clamped, as a request's value is).
+        c.stage_concurrency_default = c.clamp_concurrency(c.stage_concurrency_default as u64);
         if !c.mount_root.starts_with('/') {
             return Err(format!("mount_root must be absolute: {}", c.mount_root));
         }
@@ -194,5 +280,51 @@ mod tests {
         assert_eq!(c.policy, Policy::Bandwidth);
         std::fs::write(&p, "listen = a\nstate_dir = /x\npolicy = fast\n").unwrap();
         assert!(ManagerConfig::load(&p).unwrap_err().contains("policy"));
+    }
+
+    #[test]
+    fn staging_keys() {
+        assert_eq!(
+            parse_pfs_roots("/lus/a:/gpfs//b/, /lus/a").unwrap(),
+            vec!["/lus/a".to_string(), "/gpfs/b".to_string()]
+        );
+        assert!(parse_pfs_roots("lus").unwrap_err().contains("absolute"));
+        assert!(parse_pfs_roots("/a/../b").is_err());
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.conf");
+        std::fs::write(&p, "listen = a\nstate_dir = /x\n").unwrap();
+        let c = ManagerConfig::load(&p).unwrap();
+        assert!(c.pfs_roots.is_empty());
+        assert_eq!(
+            (
+                c.stage_concurrency_default,
+                c.stage_concurrency_min,
+                c.stage_concurrency_max,
+                c.stage_files_in_flight
+            ),
+            (4, 1, 64, 16)
+        );
+        assert_eq!(c.clamp_concurrency(0), 1);
+        assert_eq!(c.clamp_concurrency(1 << 40), 64);
+        std::fs::write(
+            &p,
+            "listen = a\nstate_dir = /x\npfs_roots = /pfs\nstage_concurrency_max = 2\n",
+        )
+        .unwrap();
+        let c = ManagerConfig::load(&p).unwrap();
+        assert_eq!(c.pfs_roots, vec!["/pfs".to_string()]);
+        assert_eq!(c.stage_concurrency_default, 2);
+        std::fs::write(
+            &p,
+            "listen = a\nstate_dir = /x\nstage_concurrency_min = 5\nstage_concurrency_max = 2\n",
+        )
+        .unwrap();
+        assert!(ManagerConfig::load(&p).unwrap_err().contains("above"));
+        std::fs::write(
+            &p,
+            "listen = a\nstate_dir = /x\nstage_files_in_flight = 0\n",
+        )
+        .unwrap();
+        assert!(ManagerConfig::load(&p).is_err());
     }
 }

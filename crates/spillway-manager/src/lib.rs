@@ -1,6 +1,6 @@
 //! Spillway's manager: the one control plane. Where a control request enters (`api`),
 //! where state lives (`db`, SQLite), where storage is placed (`alloc`), and how goals
-//! are reached on servers (`reconcile`).
+//! are reached on servers (`reconcile`), and how stages are started and watched (`stage`).
 //!
 //! * `config`     — every setting, one file.
 //! * `auth`       — MUNGE identity and admin rights.
@@ -16,6 +16,7 @@ pub mod config;
 pub mod db;
 pub mod identity;
 pub mod reconcile;
+pub mod stage;
 pub mod tls;
 
 use std::io::Read;
@@ -60,18 +61,33 @@ pub fn run(
     let (version, _) = tokio::sync::watch::channel(start);
     let version = Arc::new(version);
     let (kick_tx, kick_rx) = mpsc::channel();
+    let servers = Arc::new(reconcile::servers::Servers {
+        admin,
+        deadline: Duration::from_secs(10),
+    });
     let lp = Arc::new(reconcile::Loop {
         db: db.clone(),
-        servers: Arc::new(reconcile::servers::Servers {
-            admin,
-            deadline: Duration::from_secs(10),
-        }),
+        servers: servers.clone(),
         version: version.clone(),
         heartbeat_interval: cfg.heartbeat_interval,
         node_timeout: cfg.node_timeout,
     });
     lp.spawn(kick_rx)
         .map_err(|e| format!("cannot start the reconcile loop: {e}"))?;
+    let stager = Arc::new(stage::Stager::new(
+        db.clone(),
+        servers,
+        version.clone(),
+        stage::StageSettings {
+            pfs_roots: cfg.pfs_roots.clone(),
+            files_in_flight: cfg.stage_files_in_flight,
+            default_concurrency: cfg.stage_concurrency_default,
+            node_timeout: cfg.node_timeout,
+        },
+    ));
+    stager
+        .spawn()
+        .map_err(|e| format!("cannot start the stage dispatcher: {e}"))?;
     let state = api::AppState {
         db,
         auth: Arc::new(auth::Auth::new(verifier, cfg.admin_group.clone())),

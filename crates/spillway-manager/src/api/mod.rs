@@ -5,10 +5,12 @@
 //! * `error`  — JSON errors and status codes.
 //! * `routes` — one handler per resource and verb.
 //! * `agents` — the agents' long-poll for work and their reports.
+//! * `stages` — staging: stages, per-instance counts, failures, actions, concurrency.
 
 mod agents;
 mod error;
 mod routes;
+mod stages;
 
 pub use error::ApiErr;
 
@@ -123,6 +125,30 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/dw/v1/activations/{id}",
             get(get_activation).delete(delete_activation),
+        )
+        .route(
+            "/dw/v1/stages",
+            get(stages::list_stages).post(stages::create_stage),
+        )
+        .route(
+            "/dw/v1/stages/{id}",
+            get(stages::get_stage).patch(stages::update_stage),
+        )
+        .route(
+            "/dw/v1/instances/{id}/stage_actions",
+            axum::routing::post(stages::stage_actions),
+        )
+        .route(
+            "/dw/v1/instances/{id}/stage_counts",
+            get(stages::stage_counts),
+        )
+        .route(
+            "/dw/v1/instances/{id}/stage_failures",
+            get(stages::stage_failures),
+        )
+        .route(
+            "/dw/v1/instances/{id}/stage_concurrency",
+            put(stages::set_stage_concurrency),
         )
         .route("/dw/v1/agents/{node}", put(agents::hello))
         .route("/dw/v1/agents/{node}/work", get(agents::work))

@@ -2,10 +2,11 @@
 //! `Viewer`); pools and nodes change only by admins; everything else by its owner or an
 //! admin.
 
+use super::stages::{hurry_of, log_dropped, with_dropped, DestroyQuery};
 use super::{parse_id, ApiErr, AppState};
 use crate::db::NewInstancePlan;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
@@ -37,7 +38,7 @@ pub async fn versions() -> Json<Value> {
 pub async fn resources() -> Json<Value> {
     Json(
         json!({"resources": ["pools", "nodes", "sessions", "instances", "fragments",
-        "configurations", "activations"], "openapi": "/dw/v1/openapi.json"}),
+        "configurations", "activations", "stages"], "openapi": "/dw/v1/openapi.json"}),
     )
 }
 
@@ -207,13 +208,22 @@ pub async fn delete_session(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
-) -> Result<(StatusCode, Json<Session>), ApiErr> {
+    q: Result<Query<DestroyQuery>, QueryRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiErr> {
     let id = parse_id(&id)?;
+    let hurry = hurry_of(q)?;
     st.run(&h, true, move |c, db| {
-        Ok((
-            StatusCode::ACCEPTED,
-            Json(db.destroy_session(c.viewer(), id)?),
-        ))
+        // With hurry, pending stage-outs are dropped first (their fragments are then
+        // not held); without, the teardown waits for them.
+        let dropped = if hurry {
+            let d = db.hurry_session(c.viewer(), id)?;
+            log_dropped("session", id, &d);
+            Some(d)
+        } else {
+            None
+        };
+        let s = db.destroy_session(c.viewer(), id)?;
+        Ok((StatusCode::ACCEPTED, Json(with_dropped(&s, dropped))))
     })
     .await
 }
@@ -294,13 +304,20 @@ pub async fn delete_instance(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
-) -> Result<(StatusCode, Json<Instance>), ApiErr> {
+    q: Result<Query<DestroyQuery>, QueryRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiErr> {
     let id = parse_id(&id)?;
+    let hurry = hurry_of(q)?;
     st.run(&h, true, move |c, db| {
-        Ok((
-            StatusCode::ACCEPTED,
-            Json(db.destroy_instance(c.viewer(), id)?),
-        ))
+        let dropped = if hurry {
+            let d = db.hurry_instance(c.viewer(), id)?;
+            log_dropped("instance", id, &d);
+            Some(d)
+        } else {
+            None
+        };
+        let i = db.destroy_instance(c.viewer(), id)?;
+        Ok((StatusCode::ACCEPTED, Json(with_dropped(&i, dropped))))
     })
     .await
 }

@@ -5,15 +5,21 @@
 //! * `views`   — rows to the API's JSON resources, filtered by who asks.
 //! * `changes` — creates, updates and destroy goals asked for through the API.
 //! * `reconcile` — what the reconcile loop reads and records.
+//! * `stages`  — staging: requests, file records, dispatch and watching, teardown.
 
 mod changes;
 mod reconcile;
 mod schema;
+mod stages;
 mod views;
 
 pub use changes::NewInstancePlan;
 pub use reconcile::{
     unmount_item, CallError, ConfigWork, DestroyFragment, FragmentWork, MountWork, NodeProbe,
+};
+pub use stages::{
+    instance_paths, norm_path, under, FileEvent, FileState, LiveStage, Progress, StageEnd,
+    StageFilter, StartWork, WatchState, EIO,
 };
 
 use rusqlite::{Connection, OptionalExtension};

@@ -306,11 +306,33 @@ impl Db {
             -- a configuration goes when nothing activates it
             DELETE FROM configurations WHERE goal = 'destroy'
               AND NOT EXISTS (SELECT 1 FROM activations a WHERE a.configuration = configurations.id);
-            -- an instance's fragments go once no configuration uses it
+            ",
+        )?;
+        // Staging's part of a teardown: deferred stage-outs activated, stage-ins ended.
+        Db::stage_teardown(&tx)?;
+        tx.execute_batch(&format!(
+            "
+            -- an instance's fragments go once no configuration uses it and no stage-out
+            -- of it is pending (nor a stage its coordinator still holds)
             UPDATE fragments SET goal = 'destroy', actualized = 0, failures = 0
              WHERE goal = 'create' AND instance IN (
                SELECT i.id FROM instances i WHERE i.goal = 'destroy'
-                 AND NOT EXISTS (SELECT 1 FROM configurations c WHERE c.instance = i.id));
+                 AND NOT EXISTS (SELECT 1 FROM configurations c WHERE c.instance = i.id)
+                 AND {hold});
+            ",
+            hold = Db::stage_hold_sql("i.id")
+        ))?;
+        let gone: Vec<i64> = tx
+            .prepare_cached(
+                "SELECT id FROM instances WHERE goal = 'destroy'
+                   AND NOT EXISTS (SELECT 1 FROM configurations c WHERE c.instance = instances.id)
+                   AND NOT EXISTS (SELECT 1 FROM fragments f WHERE f.instance = instances.id)",
+            )?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Db::stage_forget_instances(&tx, &gone)?;
+        tx.execute_batch(
+            "
             DELETE FROM instances WHERE goal = 'destroy'
               AND NOT EXISTS (SELECT 1 FROM configurations c WHERE c.instance = instances.id)
               AND NOT EXISTS (SELECT 1 FROM fragments f WHERE f.instance = instances.id);
@@ -351,7 +373,9 @@ impl Db {
             (SELECT group_concat(id || goal || actualized || failures, ',') FROM configurations) || '|' ||
             (SELECT group_concat(id || goal || actualized || failures, ',') FROM activations) || '|' ||
             (SELECT group_concat(activation || node || status, ',') FROM activation_nodes) || '|' ||
-            (SELECT group_concat(id || online || drain, ',') FROM nodes)";
+            (SELECT group_concat(id || online || drain, ',') FROM nodes) || '|' ||
+            (SELECT group_concat(id || state || live || cancel, ',') FROM stages
+              WHERE live = 1 OR state IN ('queued', 'deferred', 'running'))";
         Ok(self
             .conn()
             .query_row(q, [], |r| r.get::<_, Option<String>>(0))?

@@ -112,4 +112,58 @@ CREATE TABLE IF NOT EXISTS agents (
     addresses TEXT NOT NULL,
     last_seen INTEGER NOT NULL
 );
+-- Staging (docs/staging.md). A stage outlives its instance's row (its final state stays
+-- readable for a day), so `instance` is not a foreign key.
+CREATE TABLE IF NOT EXISTS stages (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance      INTEGER NOT NULL,
+    session       INTEGER NOT NULL,
+    owner         INTEGER NOT NULL,
+    direction     TEXT NOT NULL,
+    type          TEXT NOT NULL,
+    run_when      TEXT NOT NULL,
+    source        TEXT NOT NULL,
+    destination   TEXT NOT NULL,
+    pairs         TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    files_total   INTEGER NOT NULL DEFAULT 0,
+    files_done    INTEGER NOT NULL DEFAULT 0,
+    files_failed  INTEGER NOT NULL DEFAULT 0,
+    bytes_total   INTEGER NOT NULL DEFAULT 0,
+    bytes_done    INTEGER NOT NULL DEFAULT 0,
+    enumerated    INTEGER NOT NULL DEFAULT 0,
+    error_path    TEXT,
+    error_errno   INTEGER,
+    error_message TEXT,
+    server        TEXT,
+    -- the coordinator holds the stage (started there and not yet forgotten or lost)
+    live          INTEGER NOT NULL DEFAULT 0,
+    -- a cancel is to be sent to the coordinator (terminate, or a drop by hurry)
+    cancel        INTEGER NOT NULL DEFAULT 0,
+    -- where the watcher's next progress request starts
+    cursor        INTEGER NOT NULL DEFAULT 0,
+    created       INTEGER NOT NULL,
+    started       INTEGER NOT NULL DEFAULT 0,
+    finished      INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS stages_instance ON stages(instance, state);
+CREATE INDEX IF NOT EXISTS stages_state ON stages(state);
+-- One record per file a stage enumerated: (instance, path) -> state; a newer stage of a
+-- path replaces the older record.
+CREATE TABLE IF NOT EXISTS stage_files (
+    instance INTEGER NOT NULL,
+    path     TEXT NOT NULL,
+    stage    INTEGER NOT NULL,
+    state    TEXT NOT NULL,
+    errno    INTEGER NOT NULL DEFAULT 0,
+    message  TEXT NOT NULL DEFAULT '',
+    bytes    INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (instance, path)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS stage_files_stage ON stage_files(stage);
+-- Per-instance stage concurrency (absent: the site default), already clamped.
+CREATE TABLE IF NOT EXISTS stage_limits (
+    instance    INTEGER PRIMARY KEY,
+    concurrency INTEGER NOT NULL
+);
 "#;

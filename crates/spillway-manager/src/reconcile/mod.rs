@@ -28,12 +28,12 @@ pub struct Loop {
 /// Concurrent server calls in one pass.
 const PARALLEL: usize = 16;
 
-fn lock(db: &Mutex<Db>) -> std::sync::MutexGuard<'_, Db> {
+pub(crate) fn lock(db: &Mutex<Db>) -> std::sync::MutexGuard<'_, Db> {
     db.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Run `f` over `items`, at most PARALLEL at once, returning results in order.
-fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(crate) fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let mut out = Vec::with_capacity(items.len());
     for chunk in items.chunks(PARALLEL) {
         let rs: Vec<R> = std::thread::scope(|s| {

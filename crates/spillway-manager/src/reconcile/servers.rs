@@ -20,7 +20,7 @@ pub struct Servers {
     pub deadline: Duration,
 }
 
-fn hello(role: u8, instance: u64, credential: Vec<u8>) -> HelloReq {
+pub(crate) fn hello(role: u8, instance: u64, credential: Vec<u8>) -> HelloReq {
     HelloReq {
         version_min: 1,
         version_max: 1,
@@ -41,7 +41,7 @@ fn describe(e: Errno) -> CallError {
 }
 
 impl Servers {
-    fn admin_endpoint(&self, address: &str) -> Result<Endpoint, CallError> {
+    pub(crate) fn admin_endpoint(&self, address: &str) -> Result<Endpoint, CallError> {
         let cred = (self.admin)().map_err(CallError::Transient)?;
         // No reconnect window: a refused connection is an answer (the server is down).
         Ok(Endpoint::new(

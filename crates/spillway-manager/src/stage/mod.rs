@@ -1,0 +1,450 @@
+//! The manager's side of staging (docs/staging.md): the dispatcher starts queued stages
+//! on a coordinator (one of the instance's servers) and a watcher per running stage
+//! long-polls its progress into the database.
+//!
+//! * Dispatch: every round (after any change, at least once a second) the stages the
+//!   database says may start (`Db::stage_start_work`: the instance is built, fewer than
+//!   its concurrency running) get a `StageStartReq` on their coordinator. A server that
+//!   cannot be reached leaves the stage queued (a later round retries, maybe on another
+//!   server); a refusal fails the stage with the server's reason.
+//! * Watching: one thread per stage a coordinator holds (`live`), also after a manager
+//!   restart. It sends the cancel a terminate or a hurry asked for, long-polls
+//!   `StageProgressReq` (about a second per call) and records file events and counters;
+//!   at the end it records the final state and sends `StageForgetReq`. A coordinator
+//!   that answers `UNKNOWN` (it restarted) or stays unreachable past the node timeout
+//!   fails the stage, naming the server.
+//!
+//! Like the reconcile loop it keeps no state of its own besides which stages have a
+//! watcher: everything else is in the database.
+
+use crate::db::{Db, FileEvent, FileState, LiveStage, Progress, StageEnd, StartWork, WatchState};
+use crate::reconcile::servers::{hello, Servers};
+use crate::reconcile::{lock, parallel};
+use spillway_api::{StageDirection, StageState, StageType};
+use spillway_types::Errno;
+use spillway_wire::{
+    file_state, role, stage_dir, stage_kind, stage_state, Endpoint, StageCancelReq, StageForgetReq,
+    StagePair, StageProgressReq, StageStartReq,
+};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Settings of staging (from `manager.conf`).
+#[derive(Clone, Debug)]
+pub struct StageSettings {
+    pub pfs_roots: Vec<String>,
+    pub files_in_flight: u32,
+    pub default_concurrency: u32,
+    /// A coordinator unreachable this long has lost its stages.
+    pub node_timeout: Duration,
+}
+
+pub struct Stager {
+    pub db: Arc<Mutex<Db>>,
+    pub servers: Arc<Servers>,
+    pub version: Arc<watch::Sender<u64>>,
+    pub settings: StageSettings,
+    /// Stages that have a watcher thread.
+    watched: Mutex<HashSet<u64>>,
+}
+
+/// How long one progress request may wait on the coordinator.
+const PROGRESS_WAIT_MS: u32 = 1000;
+
+/// Errors that mean "no answer" (the server is down or unreachable), not a refusal.
+fn unreachable(e: Errno) -> bool {
+    e == Errno::ETIMEDOUT || e == Errno::EIO || e == Errno::ECONNREFUSED
+}
+
+fn describe(e: Errno) -> String {
+    let name = errno_name(e.0);
+    format!("{name} ({})", std::io::Error::from_raw_os_error(e.0))
+}
+
+/// The symbolic name of an errno the stage engine may answer.
+pub fn errno_name(e: i32) -> String {
+    let n = match e {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::EACCES => "EACCES",
+        libc::EEXIST => "EEXIST",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::ENOSPC => "ENOSPC",
+        libc::ENOSYS => "ENOSYS",
+        libc::EBUSY => "EBUSY",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ELOOP => "ELOOP",
+        libc::EXDEV => "EXDEV",
+        libc::ESTALE => "ESTALE",
+        libc::EFBIG => "EFBIG",
+        libc::EROFS => "EROFS",
+        libc::EDQUOT => "EDQUOT",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::ECANCELED => "ECANCELED",
+        _ => return format!("errno {e}"),
+    };
+    n.to_string()
+}
+
+fn wire_pairs(w: &StartWork) -> Vec<StagePair> {
+    w.pairs
+        .iter()
+        .map(|p| StagePair {
+            source: p.source.clone(),
+            destination: p.destination.clone(),
+        })
+        .collect()
+}
+
+impl Stager {
+    pub fn new(
+        db: Arc<Mutex<Db>>,
+        servers: Arc<Servers>,
+        version: Arc<watch::Sender<u64>>,
+        settings: StageSettings,
+    ) -> Stager {
+        Stager {
+            db,
+            servers,
+            version,
+            settings,
+            watched: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn bump(&self) {
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Start the dispatcher thread (watchers are started from it).
+    pub fn spawn(self: Arc<Self>) -> std::io::Result<()> {
+        std::thread::Builder::new()
+            .name("stage-dispatch".into())
+            .spawn(move || {
+                let mut rx = self.version.subscribe();
+                let mut last = Instant::now() - Duration::from_secs(10);
+                let mut pruned = Instant::now();
+                loop {
+                    if rx.has_changed().unwrap_or(false) || last.elapsed() >= Duration::from_secs(1)
+                    {
+                        rx.borrow_and_update();
+                        last = Instant::now();
+                        self.round();
+                    }
+                    if pruned.elapsed() >= Duration::from_secs(60) {
+                        pruned = Instant::now();
+                        if let Err(e) = lock(&self.db).prune_stages() {
+                            tracing::error!("pruning old stages: {e}");
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })?;
+        Ok(())
+    }
+
+    /// One dispatch round: watchers for every live stage, starts for what may start.
+    pub fn round(self: &Arc<Self>) {
+        self.ensure_watchers();
+        let work = match lock(&self.db).stage_start_work(self.settings.default_concurrency) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!("stage dispatch: {e}");
+                return;
+            }
+        };
+        if work.is_empty() {
+            return;
+        }
+        let results = parallel(&work, |w| self.start(w));
+        let mut changed = false;
+        {
+            let mut db = lock(&self.db);
+            for (w, r) in work.iter().zip(results) {
+                let rec = match r {
+                    Ok(()) => {
+                        tracing::info!(
+                            stage = w.stage,
+                            instance = w.instance,
+                            server = %w.node,
+                            "stage started"
+                        );
+                        db.record_stage_started(w.stage, &w.node).map(|_| ())
+                    }
+                    Err(e) if unreachable(e) => {
+                        tracing::debug!(stage = w.stage, server = %w.node, "stage start: server unreachable");
+                        continue;
+                    }
+                    Err(e) => {
+                        let msg = format!(
+                            "server {} refused to start stage {}: {}",
+                            w.node,
+                            w.stage,
+                            describe(e)
+                        );
+                        tracing::warn!(stage = w.stage, "{msg}");
+                        db.record_stage_refused(w.stage, &w.node, e.0.max(1), &msg)
+                    }
+                };
+                match rec {
+                    Ok(()) => changed = true,
+                    Err(e) => tracing::error!(stage = w.stage, "recording a stage start: {e}"),
+                }
+            }
+        }
+        if changed {
+            self.bump();
+        }
+        self.ensure_watchers();
+    }
+
+    fn start(&self, w: &StartWork) -> Result<(), Errno> {
+        let ep = self
+            .servers
+            .admin_endpoint(&w.address)
+            .map_err(|_| Errno::EIO)?;
+        let req = StageStartReq {
+            stage: w.stage,
+            instance: w.instance,
+            direction: match w.direction {
+                StageDirection::In => stage_dir::IN,
+                StageDirection::Out => stage_dir::OUT,
+            },
+            kind: match w.kind {
+                StageType::File => stage_kind::FILE,
+                StageType::Directory => stage_kind::DIRECTORY,
+                StageType::List => stage_kind::LIST,
+            },
+            pairs: wire_pairs(w),
+            uid: w.uid,
+            pfs_roots: self.settings.pfs_roots.clone(),
+            files_in_flight: self.settings.files_in_flight,
+        };
+        ep.call(&req).map(|_| ())
+    }
+
+    /// A watcher thread for every live stage that has none.
+    fn ensure_watchers(self: &Arc<Self>) {
+        let live = match lock(&self.db).live_stages() {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("stage watchers: {e}");
+                return;
+            }
+        };
+        for l in live {
+            let fresh = self
+                .watched
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(l.stage);
+            if !fresh {
+                continue;
+            }
+            let me = self.clone();
+            let id = l.stage;
+            let spawned = std::thread::Builder::new()
+                .name(format!("stage-{id}"))
+                .spawn(move || {
+                    me.watch(&l);
+                    me.watched
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&l.stage);
+                });
+            if let Err(e) = spawned {
+                tracing::error!(stage = id, "cannot start a stage watcher: {e}");
+                self.watched
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+            }
+        }
+    }
+
+    fn lost(&self, id: u64, message: &str) {
+        tracing::warn!(stage = id, "{message}");
+        if let Err(e) = lock(&self.db).record_stage_lost(id, message) {
+            tracing::error!(stage = id, "recording a lost stage: {e}");
+        }
+        self.bump();
+    }
+
+    /// Follow one stage on its coordinator until it ends there (or is lost).
+    fn watch(&self, l: &LiveStage) {
+        let id = l.stage;
+        let Some(address) = l.address.clone() else {
+            self.lost(
+                id,
+                &format!(
+                    "server {} lost the stage: it is no longer a registered node",
+                    l.node
+                ),
+            );
+            return;
+        };
+        let admin = self.servers.admin.clone();
+        let first = match (self.servers.admin)() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(stage = id, "no admin credential: {e}");
+                Vec::new()
+            }
+        };
+        let ep = Endpoint::new(
+            address,
+            hello(role::ADMIN, 0, first),
+            self.servers
+                .deadline
+                .max(Duration::from_millis(PROGRESS_WAIT_MS as u64 + 5000)),
+            Duration::ZERO,
+        )
+        .with_credential_source(Box::new(move || admin().ok()));
+        let mut last_ok = Instant::now();
+        let mut cancel_sent = false;
+        loop {
+            let ws: Option<WatchState> = match lock(&self.db).watch_state(id) {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::error!(stage = id, "stage watcher: {e}");
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            let Some(ws) = ws.filter(|w| w.live) else {
+                return;
+            };
+            if ws.cancel && !cancel_sent {
+                match ep.call(&StageCancelReq { stage: id }) {
+                    Ok(_) => {
+                        cancel_sent = true;
+                        tracing::info!(stage = id, server = %l.node, "stage cancel sent");
+                    }
+                    Err(e) if unreachable(e) => {}
+                    Err(e) => {
+                        // Nothing more to ask of it; its progress tells the end.
+                        cancel_sent = true;
+                        tracing::warn!(stage = id, server = %l.node, "stage cancel refused: {}", describe(e));
+                    }
+                }
+            }
+            let reply = ep.call(&StageProgressReq {
+                stage: id,
+                cursor: ws.cursor,
+                wait_ms: PROGRESS_WAIT_MS,
+            });
+            let r = match reply {
+                Ok(r) => r,
+                Err(e) if unreachable(e) => {
+                    if last_ok.elapsed() > self.settings.node_timeout {
+                        self.lost(
+                            id,
+                            &format!(
+                                "server {} lost the stage: it stopped answering mid-stage (unreachable for more than {} s)",
+                                l.node,
+                                self.settings.node_timeout.as_secs()
+                            ),
+                        );
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                    continue;
+                }
+                Err(e) => {
+                    self.lost(
+                        id,
+                        &format!(
+                            "server {} lost the stage: it refused to report progress: {}",
+                            l.node,
+                            describe(e)
+                        ),
+                    );
+                    return;
+                }
+            };
+            last_ok = Instant::now();
+            if r.state == stage_state::UNKNOWN {
+                self.lost(
+                    id,
+                    &format!(
+                        "server {} lost the stage: it restarted or stopped mid-stage",
+                        l.node
+                    ),
+                );
+                return;
+            }
+            let p = Progress {
+                enumerated: r.enumerated,
+                files_total: r.files_total,
+                files_done: r.files_done,
+                files_failed: r.files_failed,
+                bytes_total: r.bytes_total,
+                bytes_done: r.bytes_done,
+                cursor: r.cursor,
+                events: r
+                    .events
+                    .iter()
+                    .map(|e| FileEvent {
+                        path: e.path.clone(),
+                        state: match e.state {
+                            file_state::COMPLETE => FileState::Complete,
+                            file_state::FAILED => FileState::Failed,
+                            _ => FileState::Pending,
+                        },
+                        errno: e.errno,
+                        message: e.message.clone(),
+                        bytes: e.bytes,
+                    })
+                    .collect(),
+            };
+            match lock(&self.db).record_stage_progress(id, &p) {
+                Ok(true) => self.bump(),
+                Ok(false) => {}
+                Err(e) => tracing::error!(stage = id, "recording stage progress: {e}"),
+            }
+            let end = match r.state {
+                stage_state::RUNNING => continue,
+                stage_state::COMPLETE => StageEnd::Complete,
+                stage_state::TERMINATED => StageEnd::Terminated,
+                stage_state::FAILED => StageEnd::Failed(r.error.clone()),
+                other => StageEnd::Failed(format!(
+                    "server {} reported an unknown stage state {other}",
+                    l.node
+                )),
+            };
+            let ended = match lock(&self.db).record_stage_end(id, &end) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(stage = id, "recording a stage's end: {e}");
+                    false
+                }
+            };
+            if !ended {
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+            self.bump();
+            let final_state = lock(&self.db)
+                .watch_state(id)
+                .ok()
+                .flatten()
+                .map(|w| w.state);
+            if final_state == Some(StageState::Dropped) {
+                tracing::warn!(stage = id, server = %l.node, "dropped stage-out ended on its server");
+            } else {
+                tracing::info!(stage = id, server = %l.node, state = ?final_state, "stage ended");
+            }
+            if let Err(e) = ep.call(&StageForgetReq { stage: id }) {
+                tracing::debug!(stage = id, "forget: {}", describe(e));
+            }
+            return;
+        }
+    }
+}
