@@ -1,7 +1,7 @@
 """A local Spillway site (`spillway local up`): manager, storage servers and an agent as
 real processes, HTTPS with the site CA, MUNGE from the session's private munged.
 
-    site = LocalSite(binary, directory, munged, servers=3)
+    site = LocalSite(binary, directory, munged, servers=3, pfs_roots=["/pfs"])
     site.up()
     site.api("POST", "/dw/v1/sessions", {...})            # as root (admin)
     site.api("GET", "/dw/v1/sessions", as_user="spwtest")  # as that user
@@ -26,7 +26,7 @@ class ApiError(Exception):
 
 class LocalSite:
     def __init__(self, binary, directory, munged, servers=2, server_capacity="8GiB",
-                 granularity="1GiB", node="compute0", bare=False, policy=None):
+                 granularity="1GiB", node="compute0", bare=False, policy=None, pfs_roots=None):
         self.bin = binary
         self.dir = directory
         self.munged = munged
@@ -36,6 +36,7 @@ class LocalSite:
         self.node = node
         self.bare = bare
         self.policy = policy
+        self.pfs_roots = list(pfs_roots or [])  # each passed as --pfs-root
         self._ctx = None
 
     # ------------------------------------------------------------------ processes
@@ -53,6 +54,8 @@ class LocalSite:
             args.append("--bare")
         if self.policy:
             args += ["--policy", self.policy]
+        for root in self.pfs_roots:
+            args += ["--pfs-root", str(root)]
         self.run(*args)
         return self
 

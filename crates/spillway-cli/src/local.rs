@@ -46,6 +46,34 @@ pub struct UpArgs {
     pub policy: Option<String>,
     /// Start the processes only: no pool, no nodes registered.
     pub bare: bool,
+    /// The PFS roots stages may use (manager.conf's `pfs_roots`).
+    pub pfs_roots: Vec<PathBuf>,
+}
+
+/// `pfs_roots = ...` for manager.conf: absolute paths (resolved when they exist, as the
+/// servers resolve them), colon-separated.
+fn pfs_roots_line(roots: &[PathBuf]) -> Result<String, String> {
+    if roots.is_empty() {
+        return Ok(String::new());
+    }
+    let mut out = Vec::new();
+    for r in roots {
+        if !r.is_absolute() {
+            return Err(format!("--pfs-root {}: not an absolute path", r.display()));
+        }
+        let r = std::fs::canonicalize(r).unwrap_or_else(|_| r.clone());
+        let s = r
+            .to_str()
+            .filter(|s| !s.contains([':', ',', '\n', '#']))
+            .ok_or_else(|| {
+                format!(
+                    "--pfs-root {}: the path cannot hold : , # or a newline",
+                    r.display()
+                )
+            })?;
+        out.push(s.to_string());
+    }
+    Ok(format!("pfs_roots = {}\n", out.join(":")))
 }
 
 fn state_path(dir: &Path) -> PathBuf {
@@ -183,6 +211,7 @@ pub fn up(a: UpArgs) -> Result<(), String> {
         .as_ref()
         .map(|s| format!("munge_socket = {}\n", s.display()))
         .unwrap_or_default();
+    let pfs_line = pfs_roots_line(&a.pfs_roots)?;
     let mport = free_port()?;
     let manager_listen = format!("127.0.0.1:{mport}");
     write(
@@ -190,7 +219,7 @@ pub fn up(a: UpArgs) -> Result<(), String> {
         &format!(
             "# spillway local site: manager\nlisten = {manager_listen}\nstate_dir = {}\n\
              tls_cert = {}\ntls_key = {}\nmount_root = {}\ndefault_pool = {}\n\
-             heartbeat_interval = 1s\nnode_timeout = 3s\n{}{munge_line}",
+             heartbeat_interval = 1s\nnode_timeout = 3s\n{}{munge_line}{pfs_line}",
             dir.join("manager").display(),
             dir.join("tls/manager.pem").display(),
             dir.join("tls/manager.key").display(),

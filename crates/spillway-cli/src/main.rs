@@ -155,6 +155,9 @@ enum LocalCmd {
         /// Start the processes only: create no pool and register no server.
         #[arg(long)]
         bare: bool,
+        /// A PFS root stages may use (repeatable): written to manager.conf's pfs_roots.
+        #[arg(long = "pfs-root", value_name = "DIR")]
+        pfs_root: Vec<PathBuf>,
     },
     /// Unmount what the agent mounted, stop everything and (unless --keep-data)
     /// remove DIR.
@@ -262,6 +265,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             munge_socket,
             policy,
             bare,
+            pfs_root,
         } => local::up(local::UpArgs {
             dir,
             servers,
@@ -276,6 +280,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             munge_socket,
             policy,
             bare,
+            pfs_roots: pfs_root,
         }),
         LocalCmd::Down { dir, keep_data } => local::down(&dir, keep_data),
         LocalCmd::Kill { dir, what, signal } => {
