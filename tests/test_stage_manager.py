@@ -469,3 +469,136 @@ def test_instance_delete_with_hurry(site, pfs):
 def engine(site, pfs):
     if not engine_available(site, pfs):
         pytest.skip("the servers' stage engine is not on this branch yet (they answer ENOSYS)")
+
+
+def sha(path):
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def user_dir(pfs, user, name):
+    d = os.path.join(pfs, name)
+    os.makedirs(d, exist_ok=True)
+    os.chown(d, user.uid, user.gid)
+    return d
+
+
+def user_file(path, user, data, mode=0o640):
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chown(path, user.uid, user.gid)
+    os.chmod(path, mode)
+
+
+def run_stage(site, inst, direction, kind, source="", destination="", as_user=None, **extra):
+    status, o = stage(site, inst, direction, kind, source, destination, as_user=as_user, **extra)
+    assert status == 201, o
+    return site.api("GET", f"/dw/v1/stages/{o['id']}?wait=60", as_user=as_user)
+
+
+def test_file_staged_in_and_out_keeps_its_bytes_and_mode(site, pfs, engine, user):
+    s, i = owned_instance(site, user.uid)
+    inst = i["id"]
+    d = user_dir(pfs, user, "roundtrip")
+    data = os.urandom((5 << 20) + 12345)
+    user_file(os.path.join(d, "input"), user, data, 0o751)
+    try:
+        o = run_stage(site, inst, "in", "file", os.path.join(d, "input"), "/data", as_user=user.name)
+        assert o["state"] == "complete", o
+        assert (o["files_total"], o["files_done"], o["files_failed"]) == (1, 1, 0)
+        assert o["bytes_done"] == len(data) and o["enumerated"] is True and o["error"] is None
+        assert counts(site, inst, "/data", as_user=user.name) == {
+            "complete": 1, "pending": 0, "deferred": 0, "failed": 0, "started": True}
+        conforms(o, ref("Stage"))
+        o = run_stage(site, inst, "out", "file", "/data", os.path.join(d, "output"), as_user=user.name)
+        assert o["state"] == "complete", o
+        out = os.path.join(d, "output")
+        assert sha(out) == sha(os.path.join(d, "input"))
+        st = os.stat(out)
+        assert (st.st_uid, st.st_mode & 0o7777) == (user.uid, 0o751)
+        assert site.api("GET", f"/dw/v1/instances/{inst}/stage_failures")["failures"] == []
+    finally:
+        destroy(site, s["id"])
+
+
+def test_directory_and_list_stages(site, pfs, engine, user):
+    s, i = owned_instance(site, user.uid)
+    inst = i["id"]
+    d = user_dir(pfs, user, "tree")
+    src = os.path.join(d, "src")
+    os.makedirs(os.path.join(src, "sub", "deeper"))
+    files = {"a": os.urandom(1000), "sub/b": os.urandom(70000), "sub/deeper/c": b"",
+             "sub/deeper/d": os.urandom(3 << 20)}
+    for rel, data in files.items():
+        user_file(os.path.join(src, rel), user, data)
+    for dirpath, _, _ in os.walk(src):
+        os.chown(dirpath, user.uid, user.gid)
+    back = user_dir(pfs, user, "tree/back")
+    try:
+        # The instance's destination directory must exist: stage a directory into the root.
+        o = run_stage(site, inst, "in", "directory", src, "/", as_user=user.name)
+        assert o["state"] == "complete", o
+        assert o["files_total"] == len(files) and o["bytes_done"] == sum(map(len, files.values()))
+        c = counts(site, inst, "/sub", "tree", as_user=user.name)
+        assert (c["complete"], c["pending"], c["failed"]) == (3, 0, 0), c
+        o = run_stage(site, inst, "out", "directory", "/", back, as_user=user.name)
+        assert o["state"] == "complete", o
+        for rel in files:
+            assert sha(os.path.join(back, rel)) == sha(os.path.join(src, rel)), rel
+        # A list: pairs of files.
+        lst = user_dir(pfs, user, "tree/list")
+        pairs = [{"source": "/a", "destination": os.path.join(lst, "a1")},
+                 {"source": "/sub/deeper/d", "destination": os.path.join(lst, "d1")}]
+        o = run_stage(site, inst, "out", "list", pairs=pairs, as_user=user.name)
+        assert o["state"] == "complete" and o["files_total"] == 2, o
+        assert sha(os.path.join(lst, "d1")) == sha(os.path.join(src, "sub/deeper/d"))
+    finally:
+        destroy(site, s["id"])
+
+
+def test_a_file_the_owner_may_not_read_fails_with_eacces(site, pfs, engine, user):
+    s, i = owned_instance(site, user.uid)
+    inst = i["id"]
+    d = user_dir(pfs, user, "secret")
+    p = os.path.join(d, "root-only")
+    with open(p, "wb") as f:
+        f.write(b"x" * 100)
+    os.chmod(p, 0o600)  # root's
+    try:
+        o = run_stage(site, inst, "in", "file", p, "/stolen", as_user=user.name)
+        assert o["state"] == "failed", o
+        assert o["error"]["errno"] == 13, o
+        assert o["error"]["message"], o
+        f = site.api("GET", f"/dw/v1/instances/{inst}/stage_failures", as_user=user.name)
+        assert [(x["path"], x["errno"], x["stage"]) for x in f["failures"]] == [("/stolen", 13, o["id"])], f
+        assert f["more"] is False
+        c = counts(site, inst, "/stolen", as_user=user.name)
+        assert (c["failed"], c["started"]) == (1, True)
+        # A terminate of the path clears the failure.
+        res = site.api("POST", f"/dw/v1/instances/{inst}/stage_actions",
+                       {"action": "terminate", "path": "/stolen", "scope": "file"}, as_user=user.name)
+        assert res == {"stages": [o["id"]]}
+        assert counts(site, inst, "/stolen", as_user=user.name)["started"] is False
+    finally:
+        destroy(site, s["id"])
+
+
+def test_teardown_runs_the_deferred_stage_out_before_destroying(site, pfs, engine, user):
+    s, i = owned_instance(site, user.uid)
+    inst = i["id"]
+    d = user_dir(pfs, user, "jobend")
+    data = os.urandom(2 << 20)
+    user_file(os.path.join(d, "in"), user, data)
+    o = run_stage(site, inst, "in", "file", os.path.join(d, "in"), "/result", as_user=user.name)
+    assert o["state"] == "complete", o
+    status, out = stage(site, inst, "out", "file", "/result", os.path.join(d, "out"), as_user=user.name,
+                        when="job_end")
+    assert status == 201 and out["state"] == "deferred"
+    time.sleep(1.5)
+    assert not os.path.exists(os.path.join(d, "out"))
+    site.api("DELETE", f"/dw/v1/sessions/{s['id']}", as_user=user.name)
+    o = site.api("GET", f"/dw/v1/stages/{out['id']}?wait=60")
+    assert o["state"] == "complete", o
+    site.wait_gone("sessions", s["id"], timeout=40)
+    assert sha(os.path.join(d, "out")) == sha(os.path.join(d, "in"))

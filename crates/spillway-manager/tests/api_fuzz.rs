@@ -32,10 +32,10 @@ fn state() -> AppState {
     AppState {
         db: Arc::new(Mutex::new(db)),
         auth: Arc::new(Auth::new(Box::new(Fake), None)),
-        cfg: Arc::new(ManagerConfig::with_defaults(
-            "127.0.0.1:1",
-            std::path::Path::new("/nonexistent"),
-        )),
+        cfg: Arc::new(ManagerConfig {
+            pfs_roots: vec!["/pfs".into()],
+            ..ManagerConfig::with_defaults("127.0.0.1:1", std::path::Path::new("/nonexistent"))
+        }),
         version: Arc::new(version),
         kick: Arc::new(Mutex::new(kick)),
     }
@@ -100,6 +100,23 @@ const PATHS: &[&str] = &[
     "/dw/v1/agents/c1/reports",
     "/dw/v1/agents/c1/work?version=x",
     "/dw/v1/sessions/18446744073709551616",
+    "/dw/v1/stages",
+    "/dw/v1/stages/1",
+    "/dw/v1/stages/1?wait=1",
+    "/dw/v1/stages/1?wait=100000000000000000000",
+    "/dw/v1/stages?state=queued&instance=1&session=1",
+    "/dw/v1/stages?state=bogus",
+    "/dw/v1/instances/1/stage_actions",
+    "/dw/v1/instances/1/stage_counts?path=/&scope=tree",
+    "/dw/v1/instances/1/stage_counts?path=%2Fa%2F..&scope=file&wait=0",
+    "/dw/v1/instances/1/stage_counts",
+    "/dw/v1/instances/1/stage_failures?after=/a&limit=5",
+    "/dw/v1/instances/1/stage_failures?limit=-1",
+    "/dw/v1/instances/1/stage_concurrency",
+    "/dw/v1/instances/2/stage_concurrency",
+    "/dw/v1/sessions/1?hurry=true",
+    "/dw/v1/instances/1?hurry=true",
+    "/dw/v1/instances/1?hurry=sometimes",
     "/dw/v1/%ff",
 ];
 const METHODS: &[&str] = &["GET", "POST", "PATCH", "PUT", "DELETE"];
@@ -118,6 +135,17 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         Just("[]".to_string()),
         Just("{}".to_string()),
         Just("true".to_string()),
+        Just("\"in\"".to_string()),
+        Just("\"out\"".to_string()),
+        Just("\"file\"".to_string()),
+        Just("\"list\"".to_string()),
+        Just("\"/pfs/a\"".to_string()),
+        Just("\"/a\"".to_string()),
+        Just("\"job_end\"".to_string()),
+        Just("\"terminate\"".to_string()),
+        Just("\"activate\"".to_string()),
+        Just("\"tree\"".to_string()),
+        Just("[{\"source\":\"/pfs/a\",\"destination\":\"/b\"}]".to_string()),
         "[a-z\u{00e9}\u{1F600}]{0,20}".prop_map(|s| format!("{s:?}")),
     ];
     let key = prop_oneof![
@@ -142,6 +170,15 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         Just("status"),
         Just("activation"),
         Just("addresses"),
+        Just("direction"),
+        Just("source"),
+        Just("destination"),
+        Just("pairs"),
+        Just("when"),
+        Just("action"),
+        Just("path"),
+        Just("scope"),
+        Just("value"),
         Just("bogus"),
     ];
     prop_oneof![
@@ -169,6 +206,11 @@ proptest! {
             call(&st, "POST", "/dw/v1/pools", Some("root"), br#"{"id":"wlm_pool","granularity":1024}"#.to_vec()).await;
             call(&st, "POST", "/dw/v1/nodes", Some("root"), br#"{"id":"s0","address":"127.0.0.1:9","pool":"wlm_pool"}"#.to_vec()).await;
             call(&st, "POST", "/dw/v1/sessions", Some("user"), br#"{"token":"t","client_nodes":["c1"]}"#.to_vec()).await;
+            // An instance with a deferred and a queued stage.
+            st.db.lock().expect("db").record_heartbeat("s0", Ok(1 << 40), 10).expect("heartbeat");
+            call(&st, "POST", "/dw/v1/instances", Some("user"), br#"{"session":1,"capacity":1024}"#.to_vec()).await;
+            call(&st, "POST", "/dw/v1/stages", Some("user"), br#"{"instance":1,"direction":"out","type":"file","source":"/a","destination":"/pfs/a","when":"job_end"}"#.to_vec()).await;
+            call(&st, "POST", "/dw/v1/stages", Some("user"), br#"{"instance":1,"direction":"in","type":"directory","source":"/pfs/d","destination":"/d"}"#.to_vec()).await;
             let (status, v) = call(&st, m, p, who, b).await;
             prop_assert!(status.as_u16() < 500, "{m} {p}: {status} {v}");
             if status.is_client_error() {
@@ -177,6 +219,41 @@ proptest! {
             Ok(())
         })?;
     }
+}
+
+#[test]
+fn stage_calls_answer_the_documented_way() {
+    let st = state();
+    rt().block_on(async {
+        call(&st, "POST", "/dw/v1/pools", Some("root"), br#"{"id":"wlm_pool","granularity":1024}"#.to_vec()).await;
+        call(&st, "POST", "/dw/v1/nodes", Some("root"), br#"{"id":"s0","address":"127.0.0.1:9","pool":"wlm_pool"}"#.to_vec()).await;
+        st.db.lock().expect("db").record_heartbeat("s0", Ok(1 << 40), 10).expect("heartbeat");
+        let (s, _) = call(&st, "POST", "/dw/v1/sessions", Some("user"), br#"{"token":"t"}"#.to_vec()).await;
+        assert_eq!(s, StatusCode::CREATED);
+        let (s, v) = call(&st, "POST", "/dw/v1/instances", Some("user"), br#"{"session":1,"capacity":1024}"#.to_vec()).await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        let (s, v) = call(&st, "POST", "/dw/v1/stages", Some("user"),
+            br#"{"instance":1,"direction":"out","type":"file","source":"/a","destination":"/pfs/a","when":"job_end"}"#.to_vec()).await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        assert_eq!(v["state"], "deferred");
+        assert_eq!(v["owner"], 4242);
+        // wait: answers when the time is up (the stage is deferred).
+        let t0 = std::time::Instant::now();
+        let (s, v) = call(&st, "GET", "/dw/v1/stages/1?wait=1", Some("user"), vec![]).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(900));
+        let (s, v) = call(&st, "GET", "/dw/v1/instances/1/stage_counts?path=/a", Some("user"), vec![]).await;
+        assert_eq!((s, v), (StatusCode::OK, serde_json::json!({"complete":0,"pending":0,"deferred":1,"failed":0,"started":true})));
+        let (s, v) = call(&st, "PUT", "/dw/v1/instances/1/stage_concurrency", Some("user"), br#"{"value":0}"#.to_vec()).await;
+        assert_eq!((s, v), (StatusCode::OK, serde_json::json!({"stage_concurrency": 1})));
+        let (s, v) = call(&st, "DELETE", "/dw/v1/sessions/1?hurry=true", Some("user"), vec![]).await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+        assert_eq!(v["dropped_stages"], serde_json::json!([1]));
+        let (_, v) = call(&st, "GET", "/dw/v1/stages/1", Some("user"), vec![]).await;
+        assert_eq!(v["state"], "dropped");
+        let (s, _) = call(&st, "GET", "/dw/v1/stages/1", Some("forged"), vec![]).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+    });
 }
 
 #[test]

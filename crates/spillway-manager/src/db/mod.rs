@@ -144,4 +144,6 @@ pub(crate) fn state_of(
 }
 
 #[cfg(test)]
+mod stage_tests;
+#[cfg(test)]
 mod tests;
