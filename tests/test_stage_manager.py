@@ -602,3 +602,74 @@ def test_teardown_runs_the_deferred_stage_out_before_destroying(site, pfs, engin
     assert o["state"] == "complete", o
     site.wait_gone("sessions", s["id"], timeout=40)
     assert sha(os.path.join(d, "out")) == sha(os.path.join(d, "in"))
+
+
+# ------------------------------------------------------------------ the command line
+@pytest.fixture(scope="module")
+def dwcli():
+    import spwhelpers as H
+    d = os.environ.get("SPILLWAY_DWTOOLS_DIR") or os.path.join(H.REPO, "target", "release")
+    paths = {n: os.path.join(d, n) for n in ("dwcli", "dwstat")}
+    for p in paths.values():
+        if not os.access(p, os.X_OK):
+            pytest.skip(f"{p} not built (cargo build --release -p spillway-dwtools)")
+    return paths
+
+
+def tool(site, paths, prog, *args, cwd=None):
+    import subprocess
+    env = {**os.environ, "SPILLWAY_CONFIG": site.config}
+    return subprocess.run([paths[prog], *args], capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
+
+
+def test_dwcli_stage_commands_and_exit_statuses(site, pfs, dwcli):
+    s, i = owned_instance(site, 0)
+    inst = str(i["id"])
+    try:
+        # Usage errors exit 3 (every `dwcli stage` error does).
+        r = tool(site, dwcli, "dwcli", "stage", "in", "--instance", inst, "/a", "/b")
+        assert r.returncode == 3, r
+        r = tool(site, dwcli, "dwcli", "stage", "in", "--instance", inst, "--file", "/etc/passwd", "/p")
+        assert r.returncode == 3 and "PFS roots" in r.stderr, r
+        # Deferred, status, revoke: a revoked stage waits out as 2.
+        r = tool(site, dwcli, "dwcli", "stage", "out", "--instance", inst, "--file", "/r", pfs + "/r", "--defer")
+        assert r.returncode == 0 and r.stdout.startswith("created stage "), r
+        sid = r.stdout.split()[2]
+        assert "state=deferred" in r.stdout
+        r = tool(site, dwcli, "dwcli", "stage", "status", sid)
+        assert r.returncode == 0 and r.stdout.splitlines()[0].split()[:6] == \
+            ["stage", "inst", "owner", "dir", "type", "state"], r
+        assert r.stdout.splitlines()[1].split()[5] == "deferred"
+        r = tool(site, dwcli, "dwstat", "stages")
+        assert r.returncode == 0 and any(l.split()[0] == sid for l in r.stdout.splitlines()[1:]), r
+        r = tool(site, dwcli, "dwcli", "stage", "wait", sid, "--timeout", "1")
+        assert r.returncode == 3 and "has not ended" in r.stderr, r
+        r = tool(site, dwcli, "dwcli", "stage", "revoke", sid)
+        assert r.returncode == 0 and r.stdout == f"revoke stage {sid} state=revoked\n", r
+        r = tool(site, dwcli, "dwcli", "stage", "wait", sid)
+        assert r.returncode == 2 and "revoked" in r.stdout, r
+        r = tool(site, dwcli, "dwcli", "stage", "revoke", sid)
+        assert r.returncode == 3 and "deferred" in r.stderr, r
+        # A failure: each failed file printed with its errno name; exit 1.
+        r = tool(site, dwcli, "dwcli", "stage", "out", "--instance", inst, "--file", "/nothing-here",
+                 pfs + "/n", "--wait")
+        assert r.returncode == 1, r
+        assert "/nothing-here: E" in r.stdout, r
+        # A list (relative PFS paths are taken from the current directory) with --wait:
+        # plain progress lines off a terminal, exit 0.
+        with open(os.path.join(pfs, "l1"), "w") as f:
+            f.write("one")
+        with open(os.path.join(pfs, "l2"), "w") as f:
+            f.write("two")
+        lst = os.path.join(pfs, "pairs.txt")
+        with open(lst, "w") as f:
+            f.write("# a list\nl1 /l1\n\n./l2   /l2  # second\n")
+        r = tool(site, dwcli, "dwcli", "stage", "in", "--instance", inst, "--list", lst, "--wait", cwd=pfs)
+        if "ENOSYS" in r.stdout:
+            pytest.skip("the servers' stage engine is not on this branch yet")
+        assert r.returncode == 0, r
+        assert r.stdout.splitlines()[-1].endswith("complete: files 2/2 bytes 6B/6B"), r
+        r = tool(site, dwcli, "dwcli", "--json", "stage", "status", "--instance", inst)
+        assert r.returncode == 0 and len(json.loads(r.stdout)["stages"]) == 3, r
+    finally:
+        destroy(site, s["id"])

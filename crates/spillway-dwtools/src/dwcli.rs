@@ -61,6 +61,13 @@ pub enum Verb {
         #[arg(value_enum, value_name = "RESOURCE")]
         resource: Resource,
     },
+    /// Stage data between the PFS and an instance; follow and change stages
+    /// (exit status: 0 complete, 1 failed, 2 terminated/revoked/dropped, 3 other errors)
+    #[command(arg_required_else_help = true)]
+    Stage {
+        #[command(subcommand)]
+        cmd: crate::stage::StageCmd,
+    },
 }
 
 #[derive(Subcommand, Debug, PartialEq)]
@@ -556,6 +563,38 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
             update_summary(what, a)
         }),
         Verb::Rm { what } => send(&m, &rm_request(what), cli.json, |a| rm_summary(what, a)),
+        // Prints as it goes (progress); its exit status is `stage_main`'s.
+        Verb::Stage { cmd } => crate::stage::run(&m, cmd, cli.json).map(|_| String::new()),
+    }
+}
+
+/// Whether the command line is a `dwcli stage ...` one: its first word after the
+/// global options is `stage` (its usage errors then exit 3, as its other errors).
+fn is_stage_line(args: &[String]) -> bool {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--config" => {
+                it.next();
+            }
+            "--json" => {}
+            s if s.starts_with("--config=") => {}
+            s => return s == "stage",
+        }
+    }
+    false
+}
+
+/// `dwcli stage ...`: its own exit statuses (docs/cli.md).
+fn stage_main(cli: &Cli, cmd: &crate::stage::StageCmd) -> std::process::ExitCode {
+    let r = connect::client(cli.config.as_deref(), CLI_TIMEOUT)
+        .and_then(|m| crate::stage::run(&m, cmd, cli.json));
+    match r {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(f) => {
+            eprint!("{}", f.report("dwcli"));
+            std::process::ExitCode::from(3)
+        }
     }
 }
 
@@ -580,7 +619,18 @@ fn send(
 }
 
 pub fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<String> = std::env::args().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) if e.use_stderr() && is_stage_line(&args) => {
+            let _ = e.print();
+            return std::process::ExitCode::from(3);
+        }
+        Err(e) => e.exit(),
+    };
+    if let Verb::Stage { cmd } = &cli.verb {
+        return stage_main(&cli, cmd);
+    }
     crate::finish("dwcli", run(&cli))
 }
 
@@ -605,6 +655,7 @@ mod tests {
             Verb::Update { what } => update_request(&what),
             Verb::Rm { what } => rm_request(&what),
             Verb::Ls { .. } => panic!("{line}: ls sends no body"),
+            Verb::Stage { .. } => panic!("{line}: see stage_command_lines"),
         }
     }
 
@@ -853,11 +904,87 @@ mod tests {
             ("dwcli ls configuration", Resource::Configurations),
             ("dwcli ls fragments", Resource::Fragments),
             ("dwcli ls activations", Resource::Activations),
+            ("dwcli ls stages", Resource::Stages),
         ] {
             let c = ok(line);
             assert_eq!(c.verb, Verb::Ls { resource: r }, "{line}");
             assert_eq!(c.json, line.ends_with("--json"));
         }
+    }
+
+    #[test]
+    fn stage_command_lines() {
+        use crate::stage::{new_stage, StageCmd};
+        let stage_of = |line: &str| match ok(line).verb {
+            Verb::Stage { cmd } => cmd,
+            other => panic!("{other:?}"),
+        };
+        match stage_of("dwcli stage in --instance 3 --file /pfs/a /in/a") {
+            StageCmd::In(a) => {
+                let b = new_stage(StageDirection::In, &a, None).unwrap();
+                assert_eq!(
+                    serde_json::to_value(&b).unwrap(),
+                    json!({"instance": 3, "direction": "in", "type": "file", "source": "/pfs/a",
+                           "destination": "/in/a", "pairs": [], "when": null, "owner": null})
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match stage_of(
+            "dwcli stage out --instance 3 --directory /out /pfs/out --defer --owner 1017",
+        ) {
+            StageCmd::Out(a) => {
+                let b = new_stage(StageDirection::Out, &a, None).unwrap();
+                assert_eq!(b.kind, StageType::Directory);
+                assert_eq!(b.when, Some(StageWhen::JobEnd));
+                assert_eq!(b.owner, Some(1017));
+            }
+            other => panic!("{other:?}"),
+        }
+        match stage_of("dwcli stage in --instance 3 --list pairs.txt") {
+            StageCmd::In(a) => {
+                let b = new_stage(StageDirection::In, &a, Some("/p/a /a\n/p/b /b\n")).unwrap();
+                assert_eq!(b.kind, StageType::List);
+                assert_eq!(b.pairs.len(), 2);
+                assert!(b.source.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        match stage_of("dwcli stage in --instance 3 --file /pfs/a /a --defer") {
+            StageCmd::In(a) => assert!(new_stage(StageDirection::In, &a, None).is_err()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            stage_of("dwcli stage wait 7 --timeout 30"),
+            StageCmd::Wait {
+                id: 7,
+                timeout: Some(30)
+            }
+        );
+        assert_eq!(
+            stage_of("dwcli stage status --instance 3"),
+            StageCmd::Status {
+                id: None,
+                instance: Some(3)
+            }
+        );
+        assert_eq!(stage_of("dwcli stage cancel 9"), StageCmd::Cancel { id: 9 });
+        assert_eq!(stage_of("dwcli stage revoke 9"), StageCmd::Revoke { id: 9 });
+        assert_eq!(
+            stage_of("dwcli stage activate 9"),
+            StageCmd::Activate { id: 9 }
+        );
+        // Usage errors.
+        usage_error("dwcli stage in --instance 3 /a /b");
+        usage_error("dwcli stage in --instance 3 --file --directory /a /b");
+        usage_error("dwcli stage in --instance 3 --file /a");
+        usage_error("dwcli stage in --instance 3 --list l /a /b");
+        usage_error("dwcli stage out --instance 3 --file /a /b --timeout 3");
+        usage_error("dwcli stage wait x");
+        let args = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert!(is_stage_line(&args("dwcli --config /x stage wait")));
+        assert!(is_stage_line(&args("dwcli --json stage")));
+        assert!(!is_stage_line(&args("dwcli create session --token stage")));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 #[command(
     name = "dwstat",
     version,
-    about = "Status of the burst buffer: pools, nodes, sessions, instances, configurations, fragments, activations",
+    about = "Status of the burst buffer: pools, nodes, sessions, instances, configurations, fragments, activations, stages",
     after_help = "Tables are described in docs/cli.md. Exit status: 0 success, 1 error, 2 bad usage."
 )]
 pub struct Cli {
@@ -48,6 +48,8 @@ pub enum Which {
     Fragments,
     #[value(alias = "activation")]
     Activations,
+    #[value(alias = "stage")]
+    Stages,
     /// pools, sessions, instances, configurations, activations
     Most,
 }
@@ -68,6 +70,7 @@ pub fn plan(tables: &[Which]) -> Vec<Resource> {
             Which::Configurations => out.push(Resource::Configurations),
             Which::Fragments => out.push(Resource::Fragments),
             Which::Activations => out.push(Resource::Activations),
+            Which::Stages => out.push(Resource::Stages),
             Which::Most => out.extend([
                 Resource::Pools,
                 Resource::Sessions,

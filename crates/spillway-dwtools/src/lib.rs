@@ -8,6 +8,7 @@
 //! * `table`   — aligned text tables.
 //! * `render`  — dwstat's table of each resource.
 //! * `json`    — `--json`: the manager's answer, re-indented only.
+//! * `stage`   — `dwcli stage`: staging, progress, waiting.
 //! * `dwstat`, `dwcli` — the two commands (their binaries only call `main`).
 
 pub mod args;
@@ -17,6 +18,7 @@ pub mod dwstat;
 pub mod format;
 pub mod json;
 pub mod render;
+pub mod stage;
 pub mod table;
 
 use std::io::Write;

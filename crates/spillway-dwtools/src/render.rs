@@ -32,6 +32,8 @@ pub enum Resource {
     Fragments,
     #[value(alias = "activation")]
     Activations,
+    #[value(alias = "stage")]
+    Stages,
 }
 
 impl Resource {
@@ -45,6 +47,7 @@ impl Resource {
             Resource::Configurations => "configurations",
             Resource::Fragments => "fragments",
             Resource::Activations => "activations",
+            Resource::Stages => "stages",
         }
     }
 
@@ -65,6 +68,7 @@ struct Lists {
     configurations: Option<Vec<Configuration>>,
     fragments: Option<Vec<Fragment>>,
     activations: Option<Vec<Activation>>,
+    stages: Option<Vec<Stage>>,
 }
 
 fn missing(r: Resource) -> String {
@@ -101,6 +105,7 @@ pub fn table(
         Resource::Configurations => configurations(&l.configurations.ok_or_else(m)?),
         Resource::Fragments => fragments(&l.fragments.ok_or_else(m)?, nodes.unwrap_or(&[])),
         Resource::Activations => activations(&l.activations.ok_or_else(m)?),
+        Resource::Stages => stages(&l.stages.ok_or_else(m)?),
     })
 }
 
@@ -275,6 +280,76 @@ pub fn activations(acts: &[Activation]) -> String {
         }
     }
     t.render() + &notes
+}
+
+/// Stages (Spillway's columns; DataWarp's are not known): `files` and `bytes` are
+/// `done/total` (`?` for a total not known yet: the stage has not enumerated its
+/// files), `failed` the files that failed. A failed stage's reason follows the table.
+pub fn stages(stages: &[Stage]) -> String {
+    let mut t = Table::new(&[
+        "stage", "inst", "owner", "dir", "type", "state", "files", "failed", "bytes", "server",
+    ]);
+    let mut notes = String::new();
+    for s in stages {
+        let (files_total, bytes_total) = if s.enumerated {
+            (s.files_total.to_string(), format::size(s.bytes_total))
+        } else {
+            ("?".to_string(), "?".to_string())
+        };
+        t.row(vec![
+            s.id.to_string(),
+            s.instance.to_string(),
+            s.owner.to_string(),
+            s.direction.as_str().into(),
+            s.kind.as_str().into(),
+            s.state.as_str().into(),
+            format!("{}/{files_total}", s.files_done),
+            s.files_failed.to_string(),
+            format!("{}/{bytes_total}", format::size(s.bytes_done)),
+            format::text(s.server.as_deref().unwrap_or("")),
+        ]);
+        if let Some(e) = &s.error {
+            notes.push_str(&format!(
+                "stage {} {}: {}: {}: {}\n",
+                s.id,
+                s.state.as_str(),
+                e.path,
+                errno_name(e.errno),
+                e.message
+            ));
+        }
+    }
+    t.render() + &notes
+}
+
+/// The symbolic name of a (positive) errno, e.g. `EACCES`.
+pub fn errno_name(e: i32) -> String {
+    let n = match e {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::EACCES => "EACCES",
+        libc::EEXIST => "EEXIST",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::ENOSPC => "ENOSPC",
+        libc::ENOSYS => "ENOSYS",
+        libc::EBUSY => "EBUSY",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ELOOP => "ELOOP",
+        libc::EXDEV => "EXDEV",
+        libc::ESTALE => "ESTALE",
+        libc::EFBIG => "EFBIG",
+        libc::EROFS => "EROFS",
+        libc::EDQUOT => "EDQUOT",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::ECANCELED => "ECANCELED",
+        _ => return format!("errno{e}"),
+    };
+    n.to_string()
 }
 
 /// The per-node statuses in one word: the status itself when every node has the same

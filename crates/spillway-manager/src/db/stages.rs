@@ -24,7 +24,7 @@ pub const MAX_PAIRS: usize = 100_000;
 pub const EIO: i32 = 5;
 
 /// A path as the API takes it: absolute, at most 4096 bytes, no NUL, components of at
-/// most 255 bytes and none `.` or `..`. Repeated and trailing slashes are dropped.
+/// most 255 bytes and none `..`. Repeated and trailing slashes and `.` are dropped.
 pub fn norm_path(what: &str, p: &str) -> DbResult<String> {
     if !p.starts_with('/') {
         return Err(DbError::Invalid(format!(
@@ -36,11 +36,12 @@ pub fn norm_path(what: &str, p: &str) -> DbResult<String> {
             "{what} is too long or holds a NUL byte"
         )));
     }
-    let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
-    if comps.iter().any(|c| *c == "." || *c == "..") {
-        return Err(DbError::Invalid(format!(
-            "{what} {p:?} has . or .. components"
-        )));
+    let comps: Vec<&str> = p
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    if comps.contains(&"..") {
+        return Err(DbError::Invalid(format!("{what} {p:?} has .. components")));
     }
     if comps.iter().any(|c| c.len() > 255) {
         return Err(DbError::Invalid(format!(
