@@ -89,6 +89,12 @@ pub fn instance_paths(
     }
 }
 
+/// A queued stage's row: id, instance, direction, type, source, destination, pairs, owner.
+type QueuedRow = (i64, i64, String, String, String, String, String, i64);
+/// A stage's counters: instance, state, enumerated, files total/done/failed, bytes
+/// total/done, cursor.
+type CounterRow = (i64, String, bool, i64, i64, i64, i64, i64, i64);
+
 /// A stage the dispatcher should start now.
 #[derive(Clone, Debug)]
 pub struct StartWork {
@@ -978,7 +984,7 @@ impl Db {
     /// stages running than their concurrency, oldest stage first; the coordinator is
     /// one of the instance's online servers, spread by stage id.
     pub fn stage_start_work(&self, default_concurrency: u32) -> DbResult<Vec<StartWork>> {
-        let queued: Vec<(i64, i64, String, String, String, String, String, i64)> = {
+        let queued: Vec<QueuedRow> = {
             let mut st = self.conn().prepare_cached(
                 "SELECT s.id, s.instance, s.direction, s.type, s.source, s.destination, s.pairs, s.owner
                  FROM stages s WHERE s.state = 'queued'
@@ -1008,7 +1014,7 @@ impl Db {
         let mut servers: std::collections::HashMap<i64, Vec<(String, String)>> =
             std::collections::HashMap::new();
         for (id, inst, dir, kind, source, destination, pairs, owner) in queued {
-            if !slots.contains_key(&inst) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = slots.entry(inst) {
                 let limit: Option<i64> = self
                     .conn()
                     .query_row(
@@ -1023,7 +1029,7 @@ impl Db {
                     |r| r.get(0),
                 )?;
                 let limit = limit.unwrap_or(default_concurrency as i64).max(1);
-                slots.insert(inst, limit - running);
+                slot.insert(limit - running);
                 let mut st = self.conn().prepare_cached(
                     "SELECT n.id, n.address FROM fragments f JOIN nodes n ON n.id = f.node
                      WHERE f.instance = ?1 AND n.online = 1 ORDER BY f.idx",
@@ -1145,7 +1151,7 @@ impl Db {
     /// record) and counters. Returns whether anything changed.
     pub fn record_stage_progress(&mut self, id: u64, p: &Progress) -> DbResult<bool> {
         let tx = self.conn_mut().transaction()?;
-        let row: Option<(i64, String, bool, i64, i64, i64, i64, i64, i64)> = tx
+        let row: Option<CounterRow> = tx
             .query_row(
                 "SELECT instance, state, enumerated, files_total, files_done, files_failed,
                         bytes_total, bytes_done, cursor FROM stages WHERE id = ?1",
