@@ -366,16 +366,18 @@ impl Db {
     /// A fingerprint of every goal and actualized flag, to tell whether a pass changed
     /// anything an agent or a waiting client could care about.
     pub fn fingerprint(&self) -> DbResult<String> {
+        // COALESCE: group_concat of no rows is NULL, which would make the whole text
+        // NULL (and every fingerprint equal) whenever one table is empty.
         let q = "SELECT
-            (SELECT group_concat(id || goal || actualized || failures, ',') FROM sessions) || '|' ||
-            (SELECT group_concat(id || goal || actualized || failures, ',') FROM instances) || '|' ||
-            (SELECT group_concat(id || goal || actualized || failures, ',') FROM fragments) || '|' ||
-            (SELECT group_concat(id || goal || actualized || failures, ',') FROM configurations) || '|' ||
-            (SELECT group_concat(id || goal || actualized || failures, ',') FROM activations) || '|' ||
-            (SELECT group_concat(activation || node || status, ',') FROM activation_nodes) || '|' ||
-            (SELECT group_concat(id || online || drain, ',') FROM nodes) || '|' ||
-            (SELECT group_concat(id || state || live || cancel, ',') FROM stages
-              WHERE live = 1 OR state IN ('queued', 'deferred', 'running'))";
+            COALESCE((SELECT group_concat(id || goal || actualized || failures, ',') FROM sessions), '') || '|' ||
+            COALESCE((SELECT group_concat(id || goal || actualized || failures, ',') FROM instances), '') || '|' ||
+            COALESCE((SELECT group_concat(id || goal || actualized || failures, ',') FROM fragments), '') || '|' ||
+            COALESCE((SELECT group_concat(id || goal || actualized || failures, ',') FROM configurations), '') || '|' ||
+            COALESCE((SELECT group_concat(id || goal || actualized || failures, ',') FROM activations), '') || '|' ||
+            COALESCE((SELECT group_concat(activation || node || status, ',') FROM activation_nodes), '') || '|' ||
+            COALESCE((SELECT group_concat(id || online || drain, ',') FROM nodes), '') || '|' ||
+            COALESCE((SELECT group_concat(id || state || live || cancel, ',') FROM stages
+              WHERE live = 1 OR state IN ('queued', 'deferred', 'running')), '')";
         Ok(self
             .conn()
             .query_row(q, [], |r| r.get::<_, Option<String>>(0))?

@@ -776,3 +776,14 @@ fn lists_take_pairs_and_check_every_one() {
         Err(DbError::Invalid(_))
     ));
 }
+
+#[test]
+fn the_fingerprint_changes_with_any_table_empty() {
+    // No stages, no activations: a change elsewhere must still show.
+    let (mut db, s, _) = built(0);
+    let before = db.fingerprint().unwrap();
+    assert!(!before.is_empty());
+    db.destroy_session(Viewer::Admin, s).unwrap();
+    db.advance().unwrap();
+    assert_ne!(db.fingerprint().unwrap(), before);
+}
