@@ -631,7 +631,15 @@ impl Ctx<'_> {
             }
             self.set_size_and_times(&attr, &st, dst)
         });
-        let _ = self.inst.release(attr.ino);
+        // The release is not waited for: nothing depends on its answer, and a release
+        // lost with a broken connection is done by the server when the connection goes.
+        if let Ok(ep) = self.inst.endpoint(attr.ino.home()) {
+            drop(spillway_wire::OwnedCall::start(
+                &ep,
+                &spillway_wire::ReleaseReq { ino: attr.ino },
+                Vec::new(),
+            ));
+        }
         r.map(|()| st.size)
     }
 
