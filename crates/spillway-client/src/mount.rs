@@ -77,7 +77,9 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(format!("spillway:{instance}")),
-        MountOption::Subtype("spillway".into()),
+        // As a kernel option: fuser mounts with mount(2) as root and drops its own
+        // Subtype there, and libdatawarp finds mounts by type `fuse.spillway`.
+        MountOption::CUSTOM("subtype=spillway".into()),
         MountOption::DefaultPermissions,
         MountOption::RW,
         MountOption::Dev,
