@@ -8,6 +8,8 @@
 //! * `meta`     — the metadata store (SQLite).
 //! * `data`     — the stripe store (files, index, fd cache).
 //! * `purge`    — the thread deleting the data of purged inodes.
+//! * `stage`    — the stage engine: copies between the PFS and instances
+//!   (docs/staging.md).
 //! * `auth`, `names`, `error`, `signals` — credentials, name checks, the error type,
 //!   shutdown signals.
 
@@ -21,6 +23,7 @@ mod purge;
 mod registry;
 mod service;
 mod signals;
+mod stage;
 
 pub use error::StoreError;
 
@@ -100,7 +103,13 @@ pub fn start_in_process(
     let purger = purge::Purger::start(registry.clone(), waker, doorbell)
         .map_err(|e| format!("cannot start purge thread: {e}"))?;
     let munge = spillway_munge::Munge::new(tunables.munge_socket.clone());
-    let service = Arc::new(SpillwayService::new(registry.clone(), admin_key, munge));
+    let stages = Arc::new(stage::Stages::new(tunables.clone()));
+    let service = Arc::new(SpillwayService::new(
+        registry.clone(),
+        stages,
+        admin_key,
+        munge,
+    ));
     let wire = Server::start(listener, service, tunables.server_workers)
         .map_err(|e| format!("cannot start serving on {addr}: {e}"))?;
     tracing::info!(%addr, root = %root.display(), "storage server running");

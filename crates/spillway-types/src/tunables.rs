@@ -51,6 +51,14 @@ pub struct Tunables {
     /// munged's socket, for the manager's admin credential to servers (None: libmunge's
     /// default, /run/munge/munge.socket.2).
     pub munge_socket: Option<std::path::PathBuf>,
+    /// Bytes of a file one stage copy request covers: a large file is copied range by
+    /// range (every server's share of a range at once), so a stage stops within one
+    /// range when terminated and no request comes near `rpc_deadline`.
+    pub stage_range: u64,
+    /// Files a stage-in makes durable together: their data is fdatasynced file by file
+    /// on the servers, their metadata with one sync per server per batch (group
+    /// commit), and only then do they count as complete.
+    pub stage_sync_batch: usize,
 }
 
 impl Default for Tunables {
@@ -70,6 +78,8 @@ impl Default for Tunables {
             max_readahead: 4 << 20,
             readdir_page: 1024,
             munge_socket: None,
+            stage_range: 256 << 20,
+            stage_sync_batch: 64,
         }
     }
 }
@@ -108,6 +118,8 @@ impl Tunables {
                 "max_readahead" => self.max_readahead = num()?.clamp(4096, 64 << 20) as u32,
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,
                 "munge_socket" => self.munge_socket = Some(std::path::PathBuf::from(v)),
+                "stage_range" => self.stage_range = num()?.clamp(1 << 20, 16 << 30),
+                "stage_sync_batch" => self.stage_sync_batch = (num()? as usize).clamp(1, 65536),
                 _ => return Err(format!("line {}: unknown tunable {k}", n + 1)),
             }
         }

@@ -383,7 +383,13 @@ wire_struct!(
         ino: InodeNo,
         stripe_size: u32,
         stripe_width: u16,
+        /// The file's size (the source's, as the coordinator opened it).
         size: u64,
+        /// The byte range of the file this request covers: this server copies the
+        /// parts of its stripes inside `[from, to)` (a large file goes in several
+        /// requests, so a stage can be stopped between them and no call runs long).
+        from: u64,
+        to: u64,
         direction: u8,
         pfs_path: String,
         pfs_ino: u64,
@@ -392,7 +398,7 @@ wire_struct!(
     }
 );
 wire_struct!(StageStripesReply {
-    /// Bytes of the file this server's stripes cover.
+    /// Bytes of the range this server's stripes cover (holes included).
     bytes: u64
 });
 

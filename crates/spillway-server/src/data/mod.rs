@@ -11,7 +11,7 @@ mod fdcache;
 mod index;
 mod naming;
 
-use crate::error::{fs, StoreResult};
+use crate::error::{fs, StoreError, StoreResult};
 use fdcache::FdCache;
 use index::StripeMap;
 use spillway_types::tunables::MAX_STRIPE_SIZE;
@@ -21,6 +21,7 @@ use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// Inode locks are striped over this many RwLocks (a lock per inode would need a map
@@ -33,7 +34,19 @@ pub struct DataStore {
     map: Mutex<StripeMap>,
     cache: FdCache,
     locks: Vec<RwLock<()>>,
+    counters: Counters,
 }
+
+/// Usage counters since the server started (libdatawarp's accounting).
+#[derive(Default)]
+pub struct Counters {
+    pub bytes_written: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub max_used: AtomicU64,
+}
+
+/// Bytes moved per copy_file_range call (and buffer size of the fallback).
+const COPY_CHUNK: usize = 8 << 20;
 
 impl DataStore {
     /// Open the stripes under `dir` (created by the fragment), indexing what is there.
@@ -45,6 +58,7 @@ impl DataStore {
             map: Mutex::new(map),
             cache: FdCache::new(fd_cache_size),
             locks: (0..INODE_LOCKS).map(|_| RwLock::new(())).collect(),
+            counters: Counters::default(),
         })
     }
 
@@ -64,6 +78,16 @@ impl DataStore {
 
     pub fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn note_written(&self, n: u64) {
+        self.counters.bytes_written.fetch_add(n, Ordering::Relaxed);
+        let used = self.used();
+        self.counters.max_used.fetch_max(used, Ordering::Relaxed);
     }
 
     /// Open stripe files currently cached (tests watch this stay bounded).
@@ -125,6 +149,7 @@ impl DataStore {
             return Err(e.into());
         }
         self.map().mark_dirty(ino, stripe);
+        self.note_written(data.len() as u64);
         Ok(data.len() as u32)
     }
 
@@ -171,7 +196,79 @@ impl DataStore {
             }
         }
         buf.truncate(got);
+        self.counters
+            .bytes_read
+            .fetch_add(got as u64, Ordering::Relaxed);
         Ok(buf)
+    }
+
+    /// Fill `[offset, offset+len)` of a stripe from `src` at `src_offset` (a stage-in):
+    /// room is reserved first (ENOSPC with nothing written), the bytes move inside the
+    /// kernel where it can. Returns the bytes copied: fewer than `len` means `src`
+    /// ended early.
+    pub fn fill_from(
+        &self,
+        ino: InodeNo,
+        stripe: u64,
+        offset: u32,
+        len: u32,
+        src: &File,
+        src_offset: u64,
+    ) -> StoreResult<u64> {
+        let end = u64::from(offset) + u64::from(len);
+        if end > u64::from(MAX_STRIPE_SIZE) {
+            return Err(fs(Errno::EINVAL));
+        }
+        if len == 0 {
+            return Ok(0);
+        }
+        let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
+        self.map()
+            .reserve(ino, stripe, end, self.capacity)
+            .map_err(|_| fs(Errno::ENOSPC))?;
+        let copied = self
+            .file(ino, stripe, true)
+            .and_then(|f| copy_range(src, src_offset, &f, u64::from(offset), u64::from(len)));
+        // Short or failed: the stripe's real length is whatever reached the file.
+        match copied {
+            Ok(n) if n == u64::from(len) => {}
+            _ => self.resync(ino, stripe),
+        }
+        let n = copied?;
+        self.map().mark_dirty(ino, stripe);
+        self.note_written(n);
+        Ok(n)
+    }
+
+    /// Copy up to `len` bytes from the start of a stripe into `dst` at `dst_offset` (a
+    /// stage-out). Returns the bytes copied: the stripe's stored length if shorter (the
+    /// rest is a hole, which reads as zeros).
+    pub fn drain_to(
+        &self,
+        ino: InodeNo,
+        stripe: u64,
+        len: u64,
+        dst: &File,
+        dst_offset: u64,
+    ) -> StoreResult<u64> {
+        let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
+        let Some(stored) = self.map().len(ino, stripe) else {
+            return Ok(0);
+        };
+        let want = stored.min(len);
+        if want == 0 {
+            return Ok(0);
+        }
+        let f = self.file(ino, stripe, false)?;
+        let n = copy_range(&f, 0, dst, dst_offset, want)?;
+        if n != want {
+            return Err(StoreError::Io(std::io::Error::new(
+                ErrorKind::UnexpectedEof,
+                format!("stripe {stripe} of {ino} holds {n} bytes, the index said {want}"),
+            )));
+        }
+        self.counters.bytes_read.fetch_add(n, Ordering::Relaxed);
+        Ok(n)
     }
 
     /// Cut the file of `ino` to `size` bytes: stripes wholly past it go, the stripe it
@@ -284,3 +381,76 @@ fn scan(dir: &Path) -> StoreResult<StripeMap> {
 
 #[cfg(test)]
 mod tests;
+
+/// Copy `len` bytes between two files at the given offsets, with `copy_file_range`
+/// (no trip through user space; the kernel may share or splice pages), falling back to
+/// read and write where the kernel cannot (different file systems, old kernels).
+/// Returns fewer than `len` only when `src` ends first.
+fn copy_range(
+    src: &File,
+    mut src_off: u64,
+    dst: &File,
+    mut dst_off: u64,
+    len: u64,
+) -> std::io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    let mut done = 0u64;
+    let mut kernel = true;
+    let mut buf = Vec::new();
+    while done < len {
+        let want = (len - done).min(COPY_CHUNK as u64) as usize;
+        if kernel {
+            let mut so = src_off as libc::loff_t;
+            let mut doff = dst_off as libc::loff_t;
+            // SAFETY: both descriptors are open; the offsets are valid out pointers.
+            let n = unsafe {
+                libc::copy_file_range(
+                    src.as_raw_fd(),
+                    &mut so,
+                    dst.as_raw_fd(),
+                    &mut doff,
+                    want,
+                    0,
+                )
+            };
+            if n > 0 {
+                let n = n as u64;
+                done += n;
+                src_off += n;
+                dst_off += n;
+                continue;
+            }
+            if n == 0 {
+                return Ok(done);
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(
+                    libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM,
+                ) => {
+                    kernel = false;
+                    continue;
+                }
+                _ => return Err(e),
+            }
+        }
+        if buf.len() < want {
+            buf.resize(want, 0);
+        }
+        let n = loop {
+            match src.read_at(&mut buf[..want], src_off) {
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                r => break r?,
+            }
+        };
+        if n == 0 {
+            return Ok(done);
+        }
+        dst.write_all_at(&buf[..n], dst_off)?;
+        done += n as u64;
+        src_off += n as u64;
+        dst_off += n as u64;
+    }
+    Ok(done)
+}

@@ -23,10 +23,11 @@ use peers::Peers;
 use spillway_placement::Layout;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, ServerIndex, Tunables};
 use spillway_wire::{
-    setattr, DeleteDataReq, FragmentCreateReq, FragmentInfo, SetAttrReq, TruncateDataReq,
+    setattr, DeleteDataReq, FragmentCreateReq, FragmentInfo, FragmentStatsReply, SetAttrReq,
+    TruncateDataReq,
 };
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -41,8 +42,19 @@ pub struct FragmentEnv {
     pub waker: PurgeWaker,
 }
 
+/// Counters of a fragment since the server started (beside the data store's).
+#[derive(Default)]
+pub struct FragmentStats {
+    pub files_created: AtomicU64,
+    /// Bytes this server read from the PFS into the fragment (stage-in).
+    pub stage_bytes_read: AtomicU64,
+    /// Bytes this server wrote from the fragment to the PFS (stage-out).
+    pub stage_bytes_written: AtomicU64,
+}
+
 pub struct Fragment {
     pub config: FragmentConfig,
+    pub stats: FragmentStats,
     dir: PathBuf,
     pub meta: MetaStore,
     pub data: DataStore,
@@ -103,6 +115,7 @@ impl Fragment {
         )?;
         let t = &env.tunables;
         Ok(Arc::new(Fragment {
+            stats: FragmentStats::default(),
             peers: Peers::new(&config, t.rpc_deadline, t.reconnect_window),
             purge_peers: Peers::new(&config, t.rpc_deadline, Duration::ZERO),
             config,
@@ -155,6 +168,23 @@ impl Fragment {
             count: self.config.count(),
             default_stripe_size: self.config.stripe_size,
         }
+    }
+
+    /// FragmentStats: usage counters for accounting.
+    pub fn stats_reply(&self) -> StoreResult<FragmentStatsReply> {
+        let c = self.data.counters();
+        let used = self.data.used();
+        Ok(FragmentStatsReply {
+            capacity: self.data.capacity(),
+            used,
+            max_used: c.max_used.load(Ordering::Relaxed).max(used),
+            bytes_written: c.bytes_written.load(Ordering::Relaxed),
+            bytes_read: c.bytes_read.load(Ordering::Relaxed),
+            inodes: self.meta.inode_count()?,
+            files_created: self.stats.files_created.load(Ordering::Relaxed),
+            stage_bytes_read: self.stats.stage_bytes_read.load(Ordering::Relaxed),
+            stage_bytes_written: self.stats.stage_bytes_written.load(Ordering::Relaxed),
+        })
     }
 
     pub fn info(&self) -> StoreResult<FragmentInfo> {

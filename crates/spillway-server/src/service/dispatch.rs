@@ -4,6 +4,7 @@
 use crate::error::{fs, StoreResult};
 use crate::registry::Registry;
 use crate::service::session::InstanceSession;
+use crate::stage::Stages;
 use spillway_types::Errno;
 use spillway_wire::serve::Reply;
 use spillway_wire::{
@@ -12,7 +13,7 @@ use spillway_wire::{
 };
 
 /// A request on an admin session: fragment administration only.
-pub fn admin(registry: &Registry, req: Request) -> StoreResult<Reply> {
+pub fn admin(registry: &Registry, stages: &Stages, req: Request) -> StoreResult<Reply> {
     match req {
         Request::FragmentCreateReq(r) => registry.create(&r).map(|()| Reply::of(&Empty {})),
         Request::FragmentDestroyReq(r) => {
@@ -22,10 +23,10 @@ pub fn admin(registry: &Registry, req: Request) -> StoreResult<Reply> {
             fragments: registry.list()?,
         })),
         Request::ServerStatusReq(_) => Ok(Reply::of(&registry.status()?)),
-        Request::StageStartReq(_)
-        | Request::StageProgressReq(_)
-        | Request::StageCancelReq(_)
-        | Request::StageForgetReq(_) => Err(fs(Errno::ENOSYS)),
+        Request::StageStartReq(r) => stages.start(registry, r).map(|()| Reply::of(&Empty {})),
+        Request::StageProgressReq(r) => Ok(Reply::of(&stages.progress(&r))),
+        Request::StageCancelReq(r) => stages.cancel(&r).map(|()| Reply::of(&Empty {})),
+        Request::StageForgetReq(r) => stages.forget(&r).map(|()| Reply::of(&Empty {})),
         // Admin sessions hold no instance: no metadata or data requests.
         _ => Err(fs(Errno::EPERM)),
     }
@@ -57,6 +58,11 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
         Request::SetAttrReq(r) => attr(f.set_attr(&r)?),
         Request::CreateReq(r) => {
             let a = f.meta.create(&r, f.home())?;
+            if a.kind == spillway_types::FileKind::Regular {
+                f.stats
+                    .files_created
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             if r.open {
                 attr(s.open(a.ino)?)
             } else {
@@ -118,7 +124,7 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
             inodes: f.meta.inode_count()?,
         }),
         Request::SyncMetaReq(_) => f.meta.sync().map(|()| empty())?,
-        Request::FragmentStatsReq(_) => return Err(fs(Errno::ENOSYS)),
+        Request::FragmentStatsReq(_) => Reply::of(&f.stats_reply()?),
         Request::ReadLinkReq(r) => Reply::of(&BytesReply {
             value: f.meta.read_link(r.ino)?,
         }),
@@ -140,6 +146,6 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
         Request::StripeInfoReq(r) => Reply::of(&StripeInfoReply {
             stripes: f.data.stripe_info(r.ino),
         }),
-        Request::StageStripesReq(_) => return Err(fs(Errno::ENOSYS)),
+        Request::StageStripesReq(r) => Reply::of(&crate::stage::copy::stripes(f, &r)?),
     })
 }

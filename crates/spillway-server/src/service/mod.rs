@@ -9,6 +9,7 @@ mod session;
 
 use crate::auth::ct_eq;
 use crate::registry::Registry;
+use crate::stage::Stages;
 use session::{InstanceSession, Session};
 use spillway_types::{capability, Errno};
 use spillway_wire::messages::*;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 
 pub struct SpillwayService {
     registry: Arc<Registry>,
+    stages: Arc<Stages>,
     admin_key: Vec<u8>,
     munge: spillway_munge::Munge,
 }
@@ -26,11 +28,13 @@ pub struct SpillwayService {
 impl SpillwayService {
     pub fn new(
         registry: Arc<Registry>,
+        stages: Arc<Stages>,
         admin_key: Vec<u8>,
         munge: spillway_munge::Munge,
     ) -> SpillwayService {
         SpillwayService {
             registry,
+            stages,
             admin_key,
             munge,
         }
@@ -139,7 +143,7 @@ impl Service for SpillwayService {
 
     fn handle(&self, session: &Session, req: Request) -> Result<Reply, Errno> {
         let r = match session {
-            Session::Admin => dispatch::admin(&self.registry, req),
+            Session::Admin => dispatch::admin(&self.registry, &self.stages, req),
             Session::Instance(s) => dispatch::instance(s, req),
         };
         r.map_err(|e| e.errno())

@@ -1,0 +1,904 @@
+//! A whole stage, run by the server the manager chose: enumerate what is to be copied,
+//! make the directories, then copy files `files_in_flight` at a time. For each file the
+//! coordinator opens the source (as the owner), creates or truncates the destination,
+//! and asks every server holding stripes of it to copy its own stripes
+//! (`StageStripesReq`, range by range); then it checks the byte count, sets size,
+//! mode and times, and reports the file. Stage-in metadata is made durable in groups
+//! (one `SyncMeta` per server for up to `stage_sync_batch` files) before those files
+//! count as complete; their data was fdatasynced by the servers that wrote it.
+
+use super::identity::Identity;
+use super::ns::{self, may, MAY_EXEC, MAY_READ};
+use super::pfs::{fstat, Pfs, PfsStat};
+use super::{copy::my_pieces, Failure, Run};
+use crate::fragment::Fragment;
+use spillway_stubs::Instance;
+use spillway_types::descriptor::encode_hex;
+use spillway_types::{Attr, Errno, FileKind, InodeNo, InstanceDescriptor, Timespec, Tunables};
+use spillway_wire::{
+    setattr, stage_dir, stage_kind, CreateReq, PendingCall, SetAttrReq, StageStartReq,
+    StageStripesReq, SyncMetaReq,
+};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+/// What the enumeration found: one thing to make or copy.
+enum Item {
+    Dir {
+        dst: String,
+        mode: u32,
+        atime: Timespec,
+        mtime: Timespec,
+    },
+    File {
+        src: String,
+        dst: String,
+        /// The file's path inside the instance (what events name).
+        dw: String,
+        /// Stage-out of a tree: the instance inode the walk found.
+        ino: Option<InodeNo>,
+        /// Stage-in of a tree: the size the walk saw.
+        size: Option<u64>,
+    },
+    Symlink {
+        src: String,
+        dst: String,
+        dw: String,
+        ino: Option<InodeNo>,
+    },
+    /// Found, but cannot be staged (fails as a file, not silently skipped).
+    Bad { dw: String, failure: Failure },
+}
+
+impl Item {
+    fn dw(&self) -> Option<&str> {
+        match self {
+            Item::File { dw, .. } | Item::Symlink { dw, .. } | Item::Bad { dw, .. } => Some(dw),
+            Item::Dir { .. } => None,
+        }
+    }
+}
+
+struct Ctx<'a> {
+    run: &'a Run,
+    req: &'a StageStartReq,
+    t: &'a Tunables,
+    inst: Instance,
+    pfs: Pfs,
+    id: Identity,
+    /// Stage-in directories made or found, by instance path.
+    dirs: Mutex<HashMap<String, Attr>>,
+    /// Stage-in files copied whose metadata is not yet synced: (path, bytes).
+    unsynced: Mutex<Vec<(String, u64)>>,
+    /// Serialises metadata syncs so that a batch is never reported before its sync.
+    syncing: Mutex<()>,
+}
+
+const CANCELLED: i32 = libc::ECANCELED;
+
+fn join(dir: &str, rel: &str) -> String {
+    if rel.is_empty() {
+        return dir.to_string();
+    }
+    format!("{}/{rel}", dir.trim_end_matches('/'))
+}
+
+fn parent_of(path: &str) -> &str {
+    match path.trim_end_matches('/').rfind('/') {
+        Some(0) => "/",
+        Some(i) => &path[..i],
+        None => "/",
+    }
+}
+
+fn base_of(path: &str) -> &str {
+    let p = path.trim_end_matches('/');
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+fn ts(t: (i64, u32)) -> Timespec {
+    Timespec {
+        sec: t.0,
+        nsec: t.1,
+    }
+}
+
+/// Run the stage to its end; the outcome is in `run`.
+pub fn run(run: &Arc<Run>, frag: &Arc<Fragment>, req: &StageStartReq, t: &Tunables) {
+    if let Err(f) = execute(run, frag, req, t) {
+        tracing::info!(stage = req.stage, "stage failed: {}", f.message);
+        // A failure of the whole stage still names a path: the one the stage named.
+        let dw = req
+            .pairs
+            .first()
+            .map(|p| {
+                if req.direction == stage_dir::IN {
+                    p.destination.clone()
+                } else {
+                    p.source.clone()
+                }
+            })
+            .unwrap_or_default();
+        if f.errno != CANCELLED {
+            run.file_failed(dw, &f);
+        }
+    }
+    run.finish();
+}
+
+fn execute(run: &Run, frag: &Fragment, req: &StageStartReq, t: &Tunables) -> Result<(), Failure> {
+    let id = Identity::of_uid(req.uid).map_err(|e| Failure::new(libc::EACCES, e))?;
+    let pfs = Pfs::new(&req.pfs_roots, id.clone())?;
+    let desc = InstanceDescriptor {
+        instance: frag.config.instance,
+        servers: frag.config.peers.clone(),
+        capacity: frag.config.capacity,
+        stripe_size: frag.config.stripe_size,
+        credential: encode_hex(&frag.config.credential_bytes()),
+    };
+    let inst = Instance::peer(
+        desc,
+        t,
+        &format!("stage {} coordinator pid {}", req.stage, std::process::id()),
+    );
+    let ctx = Ctx {
+        run,
+        req,
+        t,
+        inst,
+        pfs,
+        id,
+        dirs: Mutex::new(HashMap::new()),
+        unsynced: Mutex::new(Vec::new()),
+        syncing: Mutex::new(()),
+    };
+    let items = ctx.enumerate()?;
+    let files: Vec<String> = items
+        .iter()
+        .filter_map(|i| i.dw().map(String::from))
+        .collect();
+    let bytes = ctx.known_bytes(&items);
+    run.enumerated(files.len() as u64, bytes, files);
+
+    // Directories first, in walk order (parents before children).
+    let (dirs, files): (Vec<Item>, Vec<Item>) = items
+        .into_iter()
+        .partition(|i| matches!(i, Item::Dir { .. }));
+    for d in &dirs {
+        if run.cancelled() {
+            return Ok(());
+        }
+        ctx.make_dir(d)?;
+    }
+    let queue = Mutex::new(VecDeque::from(files));
+    let workers = (req.files_in_flight as usize).clamp(1, 256);
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| ctx.work(&queue));
+        }
+    });
+    ctx.sync_batch(true);
+    // Directory modes and times last, deepest first: copying into them changed both.
+    if !run.cancelled() {
+        for d in dirs.iter().rev() {
+            if let Err(f) = ctx.finish_dir(d) {
+                run.fail(&f.message);
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Ctx<'_> {
+    fn inbound(&self) -> bool {
+        self.req.direction == stage_dir::IN
+    }
+
+    // ------------------------------------------------------------------ enumeration
+    fn enumerate(&self) -> Result<Vec<Item>, Failure> {
+        match self.req.kind {
+            stage_kind::FILE | stage_kind::LIST => {
+                if self.req.kind == stage_kind::FILE && self.req.pairs.len() != 1 {
+                    return Err(Failure::new(libc::EINVAL, "a file stage names one pair"));
+                }
+                Ok(self
+                    .req
+                    .pairs
+                    .iter()
+                    .map(|p| {
+                        let dw = if self.inbound() {
+                            p.destination.clone()
+                        } else {
+                            p.source.clone()
+                        };
+                        Item::File {
+                            src: p.source.clone(),
+                            dst: p.destination.clone(),
+                            dw,
+                            ino: None,
+                            size: None,
+                        }
+                    })
+                    .collect())
+            }
+            stage_kind::DIRECTORY => {
+                let [p] = self.req.pairs.as_slice() else {
+                    return Err(Failure::new(
+                        libc::EINVAL,
+                        "a directory stage names one pair",
+                    ));
+                };
+                if self.inbound() {
+                    self.enumerate_pfs_tree(&p.source, &p.destination)
+                } else {
+                    self.enumerate_instance_tree(&p.source, &p.destination)
+                }
+            }
+            k => Err(Failure::new(
+                libc::EINVAL,
+                format!("unknown stage type {k}"),
+            )),
+        }
+    }
+
+    /// Stage-in of a tree: the instance directory must exist and be writable; the
+    /// PFS tree is walked as the owner.
+    fn enumerate_pfs_tree(&self, src: &str, dst: &str) -> Result<Vec<Item>, Failure> {
+        let top = ns::resolve(&self.inst, &self.id, dst)?;
+        if top.kind != FileKind::Directory {
+            return Err(Failure::new(
+                libc::ENOTDIR,
+                format!("{dst}: the destination is not a directory"),
+            ));
+        }
+        ns::check_dir_writable(&top, &self.id, dst)?;
+        self.dirs()
+            .insert(dst.trim_end_matches('/').to_string(), top);
+        let entries = self.pfs.walk(src)?;
+        Ok(entries
+            .into_iter()
+            .map(|(rel, st)| {
+                let rel = rel.to_string_lossy().into_owned();
+                let (s, d) = (join(src, &rel), join(dst, &rel));
+                if st.is_dir() {
+                    Item::Dir {
+                        dst: d,
+                        mode: st.mode,
+                        atime: ts(st.atime),
+                        mtime: ts(st.mtime),
+                    }
+                } else if st.is_file() {
+                    Item::File {
+                        src: s,
+                        dw: d.clone(),
+                        dst: d,
+                        ino: None,
+                        size: Some(st.size),
+                    }
+                } else if st.is_symlink() {
+                    Item::Symlink {
+                        src: s,
+                        dw: d.clone(),
+                        dst: d,
+                        ino: None,
+                    }
+                } else {
+                    Item::Bad {
+                        failure: Failure::new(
+                            libc::EINVAL,
+                            format!("{s}: not a regular file, directory or symlink"),
+                        ),
+                        dw: d,
+                    }
+                }
+            })
+            .collect())
+    }
+
+    /// Stage-out of a tree: the PFS directory must exist; the instance tree is walked
+    /// with the owner's read and search permission on every directory.
+    fn enumerate_instance_tree(&self, src: &str, dst: &str) -> Result<Vec<Item>, Failure> {
+        let st = self.pfs.lstat(dst)?;
+        if !st.is_dir() {
+            return Err(Failure::new(
+                libc::ENOTDIR,
+                format!("{dst}: the destination is not a directory"),
+            ));
+        }
+        let top = ns::resolve(&self.inst, &self.id, src)?;
+        if top.kind != FileKind::Directory {
+            return Err(Failure::new(
+                libc::ENOTDIR,
+                format!("{src}: not a directory"),
+            ));
+        }
+        let mut out = Vec::new();
+        let mut stack = vec![(top, String::new())];
+        while let Some((dir, rel)) = stack.pop() {
+            let shown = join(src, &rel);
+            if !may(&dir, &self.id, MAY_READ | MAY_EXEC) {
+                return Err(Failure::new(
+                    libc::EACCES,
+                    format!("{shown}: permission denied (listing the directory)"),
+                ));
+            }
+            let mut entries = self
+                .inst
+                .read_dir(dir.ino, self.t.readdir_page)
+                .map_err(|e| ns::errno_failure(e, &shown, "readdir"))?;
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            let mut subdirs = Vec::new();
+            for e in entries {
+                let name = String::from_utf8_lossy(&e.name).into_owned();
+                let child = if rel.is_empty() {
+                    name
+                } else {
+                    format!("{rel}/{name}")
+                };
+                let (s, d) = (join(src, &child), join(dst, &child));
+                match e.entry.kind {
+                    FileKind::Directory => {
+                        let a = self
+                            .inst
+                            .getattr(e.entry.ino)
+                            .map_err(|er| ns::errno_failure(er, &s, "getattr"))?;
+                        out.push(Item::Dir {
+                            dst: d,
+                            mode: a.mode,
+                            atime: a.atime,
+                            mtime: a.mtime,
+                        });
+                        subdirs.push((a, child));
+                    }
+                    FileKind::Regular => out.push(Item::File {
+                        dw: s.clone(),
+                        src: s,
+                        dst: d,
+                        ino: Some(e.entry.ino),
+                        size: None,
+                    }),
+                    FileKind::Symlink => out.push(Item::Symlink {
+                        dw: s.clone(),
+                        src: s,
+                        dst: d,
+                        ino: Some(e.entry.ino),
+                    }),
+                    _ => out.push(Item::Bad {
+                        failure: Failure::new(
+                            libc::EINVAL,
+                            format!("{s}: not a regular file, directory or symlink"),
+                        ),
+                        dw: s,
+                    }),
+                }
+            }
+            stack.extend(subdirs.into_iter().rev());
+        }
+        Ok(out)
+    }
+
+    /// Bytes to copy, as far as they are known before copying: stage-in sizes from the
+    /// PFS (the walk's, or an lstat of each listed file); stage-out sizes are found
+    /// while copying.
+    fn known_bytes(&self, items: &[Item]) -> u64 {
+        if !self.inbound() {
+            return 0;
+        }
+        items
+            .iter()
+            .filter_map(|i| match i {
+                Item::File { size: Some(n), .. } => Some(*n),
+                Item::File { src, .. } => self.pfs.lstat(src).ok().map(|s| s.size),
+                _ => None,
+            })
+            .sum()
+    }
+
+    fn dirs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Attr>> {
+        self.dirs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    // ------------------------------------------------------------------ directories
+    fn make_dir(&self, item: &Item) -> Result<(), Failure> {
+        let Item::Dir { dst, mode, .. } = item else {
+            return Ok(());
+        };
+        // Made writable for the owner while being filled (as cp does); the real mode
+        // is set at the end.
+        let working = mode | 0o700;
+        if !self.inbound() {
+            return self.pfs.mkdir(dst, working);
+        }
+        let parent = self.parent_dir(dst)?;
+        let name = base_of(dst);
+        let (gid, mode) = ns::new_owner(&parent, &self.id, FileKind::Directory, working);
+        let req = CreateReq {
+            parent: parent.ino,
+            name: name.as_bytes().to_vec(),
+            kind: FileKind::Directory,
+            mode,
+            uid: self.id.uid,
+            gid,
+            rdev: 0,
+            target: Vec::new(),
+            stripe_size: 0,
+            stripe_width: 0,
+            open: false,
+        };
+        let attr = match self.inst.create(req) {
+            Ok(a) => {
+                let _ = self.inst.touch_dir(parent.ino, 1);
+                a
+            }
+            Err(e) if e == Errno::EEXIST => {
+                let (_, a) = self
+                    .inst
+                    .lookup(parent.ino, name.as_bytes())
+                    .map_err(|e| ns::errno_failure(e, dst, "lookup"))?;
+                if a.kind != FileKind::Directory {
+                    return Err(Failure::new(
+                        libc::ENOTDIR,
+                        format!("{dst}: exists and is not a directory"),
+                    ));
+                }
+                ns::check_dir_writable(&a, &self.id, dst)?;
+                a
+            }
+            Err(e) => return Err(ns::errno_failure(e, dst, "mkdir")),
+        };
+        self.dirs().insert(dst.clone(), attr);
+        Ok(())
+    }
+
+    fn finish_dir(&self, item: &Item) -> Result<(), Failure> {
+        let Item::Dir {
+            dst,
+            mode,
+            atime,
+            mtime,
+            ..
+        } = item
+        else {
+            return Ok(());
+        };
+        if !self.inbound() {
+            return self.pfs.set_attrs(dst, true, *mode, *atime, *mtime);
+        }
+        let Some(a) = self.dirs().get(dst.as_str()).cloned() else {
+            return Ok(());
+        };
+        // Only the owner may change modes and times (as utimensat/chmod would say).
+        if a.uid != self.id.uid && self.id.uid != 0 {
+            return Ok(());
+        }
+        let mode = (mode & 0o7777) | (a.mode & libc::S_ISGID);
+        self.inst
+            .setattr(SetAttrReq {
+                ino: a.ino,
+                valid: setattr::MODE | setattr::ATIME | setattr::MTIME,
+                mode,
+                uid: 0,
+                gid: 0,
+                size: 0,
+                atime: *atime,
+                mtime: *mtime,
+                ctime: Timespec::default(),
+            })
+            .map(|_| ())
+            .map_err(|e| ns::errno_failure(e, dst, "setting mode and times"))
+    }
+
+    /// The instance directory a stage-in name goes in (made by this stage, or looked
+    /// up with the owner's permissions).
+    fn parent_dir(&self, dst: &str) -> Result<Attr, Failure> {
+        let parent = parent_of(dst);
+        if let Some(a) = self.dirs().get(parent.trim_end_matches('/')) {
+            return Ok(a.clone());
+        }
+        let (p, _) = ns::resolve_parent(&self.inst, &self.id, dst)?;
+        ns::check_dir_writable(&p, &self.id, dst)?;
+        Ok(p)
+    }
+
+    // ------------------------------------------------------------------ files
+    fn work(&self, queue: &Mutex<VecDeque<Item>>) {
+        loop {
+            if self.run.cancelled() {
+                return;
+            }
+            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+            let Some(item) = next else { return };
+            let (dw, r) = match item {
+                Item::File {
+                    src, dst, dw, ino, ..
+                } => {
+                    let r = if self.inbound() {
+                        self.file_in(&src, &dst)
+                    } else {
+                        self.file_out(&src, &dst, ino)
+                    };
+                    (dw, r)
+                }
+                Item::Symlink { src, dst, dw, ino } => {
+                    let r = if self.inbound() {
+                        self.symlink_in(&src, &dst)
+                    } else {
+                        self.symlink_out(&src, &dst, ino)
+                    };
+                    (dw, r)
+                }
+                Item::Bad { dw, failure } => (dw, Err(failure)),
+                Item::Dir { .. } => continue,
+            };
+            match r {
+                Ok(bytes) if self.inbound() => {
+                    let full = {
+                        let mut u = self.unsynced.lock().unwrap_or_else(|e| e.into_inner());
+                        u.push((dw, bytes));
+                        u.len() >= self.t.stage_sync_batch
+                    };
+                    let idle = queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+                    if full || idle {
+                        self.sync_batch(false);
+                    }
+                }
+                Ok(bytes) => self.run.file_done(dw, bytes),
+                Err(f) if f.errno == CANCELLED && self.run.cancelled() => return,
+                Err(f) => self.run.file_failed(dw, &f),
+            }
+        }
+    }
+
+    /// Make the metadata of copied stage-in files durable on every server, then count
+    /// them complete. With `all`, whatever is left (the end of the stage).
+    fn sync_batch(&self, all: bool) {
+        let _one = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
+        let batch = std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(|e| e.into_inner()));
+        if batch.is_empty() {
+            return;
+        }
+        let _ = all;
+        let calls: Vec<_> = (0..self.inst.count())
+            .filter_map(|i| self.inst.server(spillway_types::ServerIndex(i)).ok())
+            .map(|s| s.start(&SyncMetaReq {}, &[]))
+            .collect();
+        let err = calls
+            .into_iter()
+            .map(PendingCall::wait)
+            .find_map(Result::err);
+        for (path, bytes) in batch {
+            match err {
+                None => self.run.file_done(path, bytes),
+                Some(e) => {
+                    let f = ns::errno_failure(e, &path, "making the metadata durable");
+                    self.run.file_failed(path, &f);
+                }
+            }
+        }
+    }
+
+    /// PFS → instance, one regular file.
+    fn file_in(&self, src: &str, dst: &str) -> Result<u64, Failure> {
+        let file = self.pfs.open(src, libc::O_RDONLY, 0)?;
+        let st = fstat(&file).map_err(|e| ns::errno_failure(Errno(e), src, "fstat"))?;
+        if !st.is_file() {
+            let e = if st.is_dir() {
+                libc::EISDIR
+            } else {
+                libc::EINVAL
+            };
+            return Err(Failure::new(e, format!("{src}: not a regular file")));
+        }
+        let parent = self.parent_dir(dst)?;
+        let attr = self.create_or_truncate(&parent, base_of(dst), st.mode, dst)?;
+        let r = self.copy_ranges(&attr, st.size, src, st.ino, dst, stage_dir::IN);
+        let r = r.and_then(|()| {
+            let now = fstat(&file).map_err(|e| ns::errno_failure(Errno(e), src, "fstat"))?;
+            if now.size != st.size || now.mtime != st.mtime {
+                return Err(Failure::new(
+                    libc::EIO,
+                    format!(
+                        "{src}: changed during the stage ({} bytes when opened, {} now)",
+                        st.size, now.size
+                    ),
+                ));
+            }
+            self.set_size_and_times(&attr, &st, dst)
+        });
+        let _ = self.inst.release(attr.ino);
+        r.map(|()| st.size)
+    }
+
+    /// Create the instance file (opened for this stage), or open and truncate the one
+    /// that is there.
+    fn create_or_truncate(
+        &self,
+        parent: &Attr,
+        name: &str,
+        mode: u32,
+        dst: &str,
+    ) -> Result<Attr, Failure> {
+        let (gid, mode) = ns::new_owner(parent, &self.id, FileKind::Regular, mode);
+        let req = CreateReq {
+            parent: parent.ino,
+            name: name.as_bytes().to_vec(),
+            kind: FileKind::Regular,
+            mode,
+            uid: self.id.uid,
+            gid,
+            rdev: 0,
+            target: Vec::new(),
+            stripe_size: parent.stripe_size,
+            stripe_width: parent.stripe_width,
+            open: true,
+        };
+        match self.inst.create(req) {
+            Ok(a) => {
+                let _ = self.inst.touch_dir(parent.ino, 0);
+                Ok(a)
+            }
+            Err(e) if e == Errno::EEXIST => {
+                let (_, a) = self
+                    .inst
+                    .lookup(parent.ino, name.as_bytes())
+                    .map_err(|e| ns::errno_failure(e, dst, "lookup"))?;
+                if a.kind != FileKind::Regular {
+                    let e = if a.kind == FileKind::Directory {
+                        libc::EISDIR
+                    } else {
+                        libc::EINVAL
+                    };
+                    return Err(Failure::new(
+                        e,
+                        format!("{dst}: exists and is not a regular file"),
+                    ));
+                }
+                if !may(&a, &self.id, ns::MAY_WRITE) {
+                    return Err(Failure::new(
+                        libc::EACCES,
+                        format!("{dst}: permission denied (write on the file)"),
+                    ));
+                }
+                self.inst
+                    .open(a.ino, 0)
+                    .map_err(|e| ns::errno_failure(e, dst, "open"))?;
+                let mut valid = setattr::SIZE;
+                if a.uid == self.id.uid || self.id.uid == 0 {
+                    valid |= setattr::MODE;
+                }
+                let r = self.inst.setattr(SetAttrReq {
+                    ino: a.ino,
+                    valid,
+                    mode: mode & 0o7777,
+                    uid: 0,
+                    gid: 0,
+                    size: 0,
+                    atime: Timespec::default(),
+                    mtime: Timespec::default(),
+                    ctime: Timespec::default(),
+                });
+                match r {
+                    Ok(a) => Ok(a),
+                    Err(e) => {
+                        let _ = self.inst.release(a.ino);
+                        Err(ns::errno_failure(e, dst, "truncate"))
+                    }
+                }
+            }
+            Err(e) => Err(ns::errno_failure(e, dst, "create")),
+        }
+    }
+
+    fn set_size_and_times(&self, a: &Attr, st: &PfsStat, dst: &str) -> Result<(), Failure> {
+        if st.size > 0 {
+            self.inst
+                .extend_size(a.ino, st.size, false)
+                .map_err(|e| ns::errno_failure(e, dst, "setting the size"))?;
+        }
+        self.inst
+            .setattr(SetAttrReq {
+                ino: a.ino,
+                valid: setattr::ATIME | setattr::MTIME,
+                mode: 0,
+                uid: 0,
+                gid: 0,
+                size: 0,
+                atime: ts(st.atime),
+                mtime: ts(st.mtime),
+                ctime: Timespec::default(),
+            })
+            .map(|_| ())
+            .map_err(|e| ns::errno_failure(e, dst, "setting the times"))
+    }
+
+    /// Every server's stripes of `[0, size)`, range by range; each range is checked to
+    /// be covered exactly.
+    fn copy_ranges(
+        &self,
+        a: &Attr,
+        size: u64,
+        pfs_path: &str,
+        pfs_ino: u64,
+        shown: &str,
+        direction: u8,
+    ) -> Result<(), Failure> {
+        let layout = self.inst.layout(a);
+        let ss = u64::from(layout.stripe_size);
+        let range = self.t.stage_range.div_ceil(ss).max(1) * ss;
+        let servers: Vec<_> = layout.servers().collect();
+        let mut from = 0u64;
+        while from < size {
+            if self.run.cancelled() {
+                return Err(Failure::new(CANCELLED, "terminated"));
+            }
+            let to = (from + range).min(size);
+            let mut calls = Vec::new();
+            for &s in &servers {
+                if my_pieces(&layout, s.0, size, from, to).is_empty() {
+                    continue;
+                }
+                let ep = self
+                    .inst
+                    .server(s)
+                    .map_err(|e| ns::errno_failure(e, shown, "no such server"))?;
+                let req = StageStripesReq {
+                    ino: a.ino,
+                    stripe_size: layout.stripe_size,
+                    stripe_width: layout.width,
+                    size,
+                    from,
+                    to,
+                    direction,
+                    pfs_path: pfs_path.to_string(),
+                    pfs_ino,
+                    uid: self.id.uid,
+                    pfs_roots: self.req.pfs_roots.clone(),
+                };
+                calls.push((s, ep.start(&req, &[])));
+            }
+            let mut covered = 0u64;
+            let mut first_err = None;
+            for (s, call) in calls {
+                match call.wait() {
+                    Ok(r) => covered += r.bytes,
+                    Err(e) => {
+                        first_err.get_or_insert((s, e));
+                    }
+                }
+            }
+            if let Some((s, e)) = first_err {
+                return Err(self.server_failure(s.0, e, shown, pfs_path));
+            }
+            if covered != to - from {
+                return Err(Failure::new(
+                    libc::EIO,
+                    format!(
+                        "{shown}: short copy: bytes {from}..{to} of {pfs_path}, the servers covered {covered}"
+                    ),
+                ));
+            }
+            self.run.add_bytes(to - from);
+            from = to;
+        }
+        Ok(())
+    }
+
+    fn server_failure(&self, s: u16, e: Errno, shown: &str, pfs_path: &str) -> Failure {
+        let addr = self
+            .inst
+            .desc
+            .servers
+            .get(usize::from(s))
+            .cloned()
+            .unwrap_or_default();
+        let why = match e.0 {
+            libc::ESTALE => format!("{pfs_path} was replaced during the stage"),
+            libc::EACCES => format!("{pfs_path}: permission denied"),
+            libc::ENOSPC => "the instance is full".to_string(),
+            libc::EIO => format!("I/O error or {pfs_path} changed size during the stage"),
+            libc::ETIMEDOUT | libc::ECONNREFUSED | libc::ECONNRESET | libc::EHOSTUNREACH => {
+                "the server did not answer".to_string()
+            }
+            _ => std::io::Error::from_raw_os_error(e.0).to_string(),
+        };
+        Failure::new(
+            e.0,
+            format!("{shown}: server {s} ({addr}) copying its stripes: {why}"),
+        )
+    }
+
+    /// Instance → PFS, one regular file.
+    fn file_out(&self, src: &str, dst: &str, ino: Option<InodeNo>) -> Result<u64, Failure> {
+        let a = match ino {
+            Some(i) => self
+                .inst
+                .getattr(i)
+                .map_err(|e| ns::errno_failure(e, src, "getattr"))?,
+            None => ns::resolve(&self.inst, &self.id, src)?,
+        };
+        if a.kind != FileKind::Regular {
+            let e = if a.kind == FileKind::Directory {
+                libc::EISDIR
+            } else {
+                libc::EINVAL
+            };
+            return Err(Failure::new(e, format!("{src}: not a regular file")));
+        }
+        if !may(&a, &self.id, MAY_READ) {
+            return Err(Failure::new(
+                libc::EACCES,
+                format!("{src}: permission denied (read on the file)"),
+            ));
+        }
+        let file = self.pfs.open(
+            dst,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            a.mode & 0o7777,
+        )?;
+        file.set_len(a.size)
+            .map_err(|e| ns::errno_failure(Errno::from_io(&e), dst, "setting the size"))?;
+        let pst = fstat(&file).map_err(|e| ns::errno_failure(Errno(e), dst, "fstat"))?;
+        self.copy_ranges(&a, a.size, dst, pst.ino, src, stage_dir::OUT)?;
+        self.pfs
+            .set_file_attrs(&file, dst, a.mode, a.atime, a.mtime)?;
+        file.sync_all()
+            .map_err(|e| ns::errno_failure(Errno::from_io(&e), dst, "fsync"))?;
+        Ok(a.size)
+    }
+
+    fn symlink_in(&self, src: &str, dst: &str) -> Result<u64, Failure> {
+        let target = self.pfs.read_link(src)?;
+        let parent = self.parent_dir(dst)?;
+        let name = base_of(dst);
+        let (gid, _) = ns::new_owner(&parent, &self.id, FileKind::Symlink, 0o777);
+        let req = CreateReq {
+            parent: parent.ino,
+            name: name.as_bytes().to_vec(),
+            kind: FileKind::Symlink,
+            mode: 0o777,
+            uid: self.id.uid,
+            gid,
+            rdev: 0,
+            target: target.clone(),
+            stripe_size: 0,
+            stripe_width: 0,
+            open: false,
+        };
+        match self.inst.create(req) {
+            Ok(_) => {
+                let _ = self.inst.touch_dir(parent.ino, 0);
+                Ok(0)
+            }
+            Err(e) if e == Errno::EEXIST => {
+                let (_, a) = self
+                    .inst
+                    .lookup(parent.ino, name.as_bytes())
+                    .map_err(|e| ns::errno_failure(e, dst, "lookup"))?;
+                let same = a.kind == FileKind::Symlink
+                    && self.inst.read_link(a.ino).ok().as_deref() == Some(&target[..]);
+                if same {
+                    Ok(0)
+                } else {
+                    Err(Failure::new(
+                        libc::EEXIST,
+                        format!("{dst}: exists and is not the same symlink"),
+                    ))
+                }
+            }
+            Err(e) => Err(ns::errno_failure(e, dst, "symlink")),
+        }
+    }
+
+    fn symlink_out(&self, src: &str, dst: &str, ino: Option<InodeNo>) -> Result<u64, Failure> {
+        let ino = match ino {
+            Some(i) => i,
+            None => ns::resolve(&self.inst, &self.id, src)?.ino,
+        };
+        let target = self
+            .inst
+            .read_link(ino)
+            .map_err(|e| ns::errno_failure(e, src, "readlink"))?;
+        self.pfs.symlink(&target, dst)?;
+        Ok(0)
+    }
+}

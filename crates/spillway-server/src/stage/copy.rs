@@ -1,0 +1,182 @@
+//! One server's share of one file: the parts of its stripes inside a byte range,
+//! copied between its fragment and the PFS file, as the owner (`StageStripesReq`).
+//!
+//! The PFS file is opened here again, as the owner and beneath the roots, and must be
+//! the very file the coordinator opened (same inode number): a file swapped in between
+//! is refused with ESTALE. A source that ends before the size it had when the
+//! coordinator opened it fails with EIO (a short copy is never success). The data
+//! written is fdatasynced before the reply.
+
+use super::identity::Identity;
+use super::pfs::{fstat, Pfs};
+use crate::error::{fs, StoreError, StoreResult};
+use crate::fragment::Fragment;
+use spillway_placement::Layout;
+use spillway_types::Errno;
+use spillway_wire::{stage_dir, StageStripesReply, StageStripesReq};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The pieces of the file in `[from, to)` that lie in stripes of server `me`:
+/// (stripe, offset within the stripe, length, offset in the file).
+pub fn my_pieces(
+    layout: &Layout,
+    me: u16,
+    size: u64,
+    from: u64,
+    to: u64,
+) -> Vec<(u64, u32, u32, u64)> {
+    let ss = u64::from(layout.stripe_size);
+    let to = to.min(size);
+    if from >= to {
+        return Vec::new();
+    }
+    // Which position in the rotation is ours (at most one: width <= servers).
+    let Some(pos) = (0..layout.width).find(|&k| {
+        layout
+            .server_of(spillway_types::StripeIndex(u64::from(k)))
+            .0
+            == me
+    }) else {
+        return Vec::new();
+    };
+    let w = u64::from(layout.width);
+    let first = from / ss;
+    // First stripe >= `first` with k % w == pos.
+    let mut k = first + (u64::from(pos) + w - first % w) % w;
+    let mut out = Vec::new();
+    while k * ss < to {
+        let start = (k * ss).max(from);
+        let end = ((k + 1) * ss).min(to);
+        out.push((k, (start - k * ss) as u32, (end - start) as u32, start));
+        k += w;
+    }
+    out
+}
+
+/// Who uid N is, looked up at most once a minute (a stage of 5,000 small files asks
+/// 5,000 times).
+fn identity(uid: u32) -> Result<Identity, Errno> {
+    static CACHE: Mutex<Option<HashMap<u32, (Instant, Identity)>>> = Mutex::new(None);
+    const TTL: Duration = Duration::from_secs(60);
+    let mut g = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let map = g.get_or_insert_with(HashMap::new);
+    if let Some((at, id)) = map.get(&uid) {
+        if at.elapsed() < TTL {
+            return Ok(id.clone());
+        }
+    }
+    let id = Identity::of_uid(uid).map_err(|e| {
+        tracing::warn!("stage: {e}");
+        Errno::EACCES
+    })?;
+    if map.len() > 4096 {
+        map.clear();
+    }
+    map.insert(uid, (Instant::now(), id.clone()));
+    Ok(id)
+}
+
+pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesReply> {
+    if r.stripe_size == 0 || !r.stripe_size.is_multiple_of(4096) || r.from > r.to {
+        return Err(fs(Errno::EINVAL));
+    }
+    let layout = Layout::of(r.ino, r.stripe_size, r.stripe_width, f.config.count());
+    let pieces = my_pieces(&layout, f.index().0, r.size, r.from, r.to);
+    if pieces.is_empty() {
+        return Ok(StageStripesReply { bytes: 0 });
+    }
+    let pfs =
+        Pfs::new(&r.pfs_roots, identity(r.uid).map_err(fs)?).map_err(|e| fs(Errno(e.errno)))?;
+    let flags = if r.direction == stage_dir::IN {
+        libc::O_RDONLY
+    } else {
+        libc::O_WRONLY
+    };
+    let file = pfs.open(&r.pfs_path, flags, 0).map_err(|e| {
+        tracing::info!(ino = %r.ino, "stage: {}", e.message);
+        fs(Errno(e.errno))
+    })?;
+    let st = fstat(&file).map_err(|e| fs(Errno(e)))?;
+    if st.ino != r.pfs_ino || !st.is_file() {
+        tracing::info!(ino = %r.ino, "stage: {} was replaced during the stage", r.pfs_path);
+        return Err(fs(Errno::ESTALE));
+    }
+    let mut covered = 0u64;
+    let mut moved = 0u64;
+    for &(k, within, len, at) in &pieces {
+        if r.direction == stage_dir::IN {
+            let n = f.data.fill_from(r.ino, k, within, len, &file, at)?;
+            if n != u64::from(len) {
+                tracing::info!(
+                    ino = %r.ino,
+                    "stage: {} ended at byte {} but held {} when the stage opened it",
+                    r.pfs_path,
+                    at + n,
+                    r.size
+                );
+                return Err(fs(Errno::EIO));
+            }
+            moved += n;
+        } else {
+            // Only whole-stripe-from-the-start pieces exist when `from` is stripe
+            // aligned, which the coordinator guarantees; a hole past the stored end
+            // is already zeros in the PFS file (the coordinator set its size).
+            if within != 0 {
+                return Err(fs(Errno::EINVAL));
+            }
+            moved += f.data.drain_to(r.ino, k, u64::from(len), &file, at)?;
+        }
+        covered += u64::from(len);
+    }
+    if r.direction == stage_dir::IN {
+        f.data.sync(r.ino)?;
+        f.stats.stage_bytes_read.fetch_add(moved, Ordering::Relaxed);
+    } else {
+        file.sync_data().map_err(StoreError::Io)?;
+        f.stats
+            .stage_bytes_written
+            .fetch_add(moved, Ordering::Relaxed);
+    }
+    Ok(StageStripesReply { bytes: covered })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spillway_types::{InodeNo, StripeIndex};
+
+    #[test]
+    fn pieces_cover_the_range_once_over_all_servers() {
+        for n in 1..=4u16 {
+            for width in 1..=n {
+                let ino = InodeNo(0x0001_0000_0000_0042);
+                let l = Layout::of(ino, 4096, width, n);
+                for &(size, from, to) in &[
+                    (0u64, 0u64, 0u64),
+                    (1, 0, 1),
+                    (4096 * 10 + 7, 0, u64::MAX),
+                    (4096 * 10 + 7, 4096 * 3, 4096 * 7),
+                    (4096 * 10 + 7, 4096 * 9, 4096 * 11),
+                ] {
+                    let mut seen = vec![0u8; size.min(to) as usize];
+                    for me in 0..n {
+                        for (k, within, len, at) in my_pieces(&l, me, size, from, to) {
+                            assert_eq!(l.server_of(StripeIndex(k)).0, me);
+                            assert_eq!(at, k * 4096 + u64::from(within));
+                            for b in at..at + u64::from(len) {
+                                seen[b as usize] += 1;
+                            }
+                        }
+                    }
+                    for (b, c) in seen.iter().enumerate() {
+                        let inside = (b as u64) >= from && (b as u64) < to.min(size);
+                        assert_eq!(*c, u8::from(inside), "n {n} width {width} byte {b}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,632 @@
+//! The PFS as a stage sees it: only what lies under the configured roots, reached only
+//! with the owner's identity.
+//!
+//! A PFS path must be absolute and lie (lexically) under one of the roots. It is then
+//! opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` relative to the root's
+//! directory, so `..` and symlinks are followed only while they stay beneath it; a path
+//! that leaves its root fails with EACCES (the kernel says EXDEV, which would only
+//! puzzle a user). Every call runs on the calling thread as the owner (identity.rs).
+
+use super::identity::{as_identity, Identity};
+use super::Failure;
+use spillway_types::Timespec;
+use std::ffi::{CString, OsStr};
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// The roots a stage may touch and the identity it touches them with.
+pub struct Pfs {
+    roots: Vec<PathBuf>,
+    id: Identity,
+}
+
+/// What a PFS entry is, as `lstat` saw it.
+#[derive(Clone, Debug)]
+pub struct PfsStat {
+    pub kind: u32,
+    pub size: u64,
+    pub mode: u32,
+    pub atime: (i64, u32),
+    pub mtime: (i64, u32),
+    pub ino: u64,
+}
+
+impl PfsStat {
+    fn of(st: &libc::stat) -> PfsStat {
+        PfsStat {
+            kind: st.st_mode & libc::S_IFMT,
+            size: st.st_size as u64,
+            mode: st.st_mode & 0o7777,
+            atime: (st.st_atime, st.st_atime_nsec as u32),
+            mtime: (st.st_mtime, st.st_mtime_nsec as u32),
+            ino: st.st_ino,
+        }
+    }
+    pub fn is_file(&self) -> bool {
+        self.kind == libc::S_IFREG
+    }
+    pub fn is_dir(&self) -> bool {
+        self.kind == libc::S_IFDIR
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.kind == libc::S_IFLNK
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn cstr(p: &Path) -> Result<CString, Failure> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| Failure::new(libc::EINVAL, "a path holds a NUL byte"))
+}
+
+/// A path error as the user should read it.
+fn describe(e: i32, path: &str, doing: &str) -> Failure {
+    match e {
+        libc::EXDEV | libc::ELOOP => Failure::new(
+            libc::EACCES,
+            format!("{path}: {doing}: the path leaves the PFS root (through .. or a symlink)"),
+        ),
+        _ => Failure::new(
+            e,
+            format!("{path}: {doing}: {}", std::io::Error::from_raw_os_error(e)),
+        ),
+    }
+}
+
+impl Pfs {
+    /// The roots must be absolute; they are taken as given (a site's configuration).
+    pub fn new(roots: &[String], id: Identity) -> Result<Pfs, Failure> {
+        let mut out = Vec::new();
+        for r in roots {
+            let p = PathBuf::from(r);
+            if !p.is_absolute() || has_dots(&p) {
+                return Err(Failure::new(
+                    libc::EINVAL,
+                    format!("PFS root {r:?} is not an absolute, normal path"),
+                ));
+            }
+            out.push(p);
+        }
+        Ok(Pfs { roots: out, id })
+    }
+
+    /// The root a path lies under, and the path relative to it ("." for the root).
+    fn locate(&self, path: &str) -> Result<(&Path, PathBuf), Failure> {
+        let p = Path::new(path);
+        if !p.is_absolute() {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{path}: a PFS path must be absolute"),
+            ));
+        }
+        let root = self
+            .roots
+            .iter()
+            .filter(|r| p.starts_with(r))
+            .max_by_key(|r| r.as_os_str().len())
+            .ok_or_else(|| {
+                Failure::new(
+                    libc::EACCES,
+                    format!("{path}: not under a PFS root this site allows staging with"),
+                )
+            })?;
+        let rel = p.strip_prefix(root).unwrap_or(Path::new(""));
+        let rel = if rel.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            rel.to_path_buf()
+        };
+        Ok((root, rel))
+    }
+
+    /// Run `f` with the root's directory open (as the owner) and the relative path.
+    fn beneath<T>(
+        &self,
+        path: &str,
+        f: impl FnOnce(&OwnedFd, &Path) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let (root, rel) = self.locate(path)?;
+        let root_c = cstr(root)?;
+        as_identity(&self.id, || {
+            // SAFETY: root_c is NUL-terminated; the result is checked.
+            let fd = unsafe {
+                libc::open(
+                    root_c.as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                return Err(describe(errno(), path, "opening its PFS root"));
+            }
+            // SAFETY: fd was just opened and is owned here.
+            let root_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            f(&root_fd, &rel)
+        })
+        .map_err(|e| {
+            Failure::new(
+                libc::EPERM,
+                format!("cannot take on uid {}: {e}", self.id.uid),
+            )
+        })?
+    }
+
+    /// `openat2` beneath the root, as the owner.
+    pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<File, Failure> {
+        self.beneath(path, |root, rel| {
+            let fd = openat2(root, rel, flags | libc::O_CLOEXEC, mode)
+                .map_err(|e| describe(e, path, "open"))?;
+            Ok(File::from(fd))
+        })
+    }
+
+    /// Give an open file its mode and times, as the owner: a file the owner does not
+    /// own keeps its own (chmod and utimens would refuse the owner too).
+    pub fn set_file_attrs(
+        &self,
+        file: &File,
+        shown: &str,
+        mode: u32,
+        atime: Timespec,
+        mtime: Timespec,
+    ) -> Result<(), Failure> {
+        let fd = file.as_raw_fd();
+        as_identity(&self.id, || {
+            // SAFETY: fd is open for the call.
+            if unsafe { libc::fchmod(fd, mode & 0o7777) } != 0 && errno() != libc::EPERM {
+                return Err(describe(errno(), shown, "chmod"));
+            }
+            let times = [
+                libc::timespec {
+                    tv_sec: atime.sec,
+                    tv_nsec: i64::from(atime.nsec),
+                },
+                libc::timespec {
+                    tv_sec: mtime.sec,
+                    tv_nsec: i64::from(mtime.nsec),
+                },
+            ];
+            // SAFETY: times holds two timespecs.
+            if unsafe { libc::futimens(fd, times.as_ptr()) } != 0 && errno() != libc::EPERM {
+                return Err(describe(errno(), shown, "setting times"));
+            }
+            Ok(())
+        })
+        .map_err(|e| {
+            Failure::new(
+                libc::EPERM,
+                format!("cannot take on uid {}: {e}", self.id.uid),
+            )
+        })?
+    }
+
+    /// Mode and times of the directory (or file) `path`.
+    pub fn set_attrs(
+        &self,
+        path: &str,
+        dir: bool,
+        mode: u32,
+        atime: Timespec,
+        mtime: Timespec,
+    ) -> Result<(), Failure> {
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | if dir { libc::O_DIRECTORY } else { 0 };
+        let f = self.open(path, flags, 0)?;
+        self.set_file_attrs(&f, path, mode, atime, mtime)
+    }
+
+    /// lstat beneath the root (the last component is not followed).
+    pub fn lstat(&self, path: &str) -> Result<PfsStat, Failure> {
+        self.beneath(path, |root, rel| lstat_beneath(root, rel, path))
+    }
+
+    /// Make a directory (an existing directory is fine).
+    pub fn mkdir(&self, path: &str, mode: u32) -> Result<(), Failure> {
+        self.beneath(path, |root, rel| {
+            let (parent, name) = split_last(rel, path)?;
+            let pfd = openat2(
+                root,
+                parent,
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                0,
+            )
+            .map_err(|e| describe(e, path, "opening the parent directory"))?;
+            let name_c = cstr(Path::new(name))?;
+            // SAFETY: pfd is open; name_c is one NUL-terminated component.
+            let rc = unsafe { libc::mkdirat(pfd.as_raw_fd(), name_c.as_ptr(), mode) };
+            if rc == 0 {
+                return Ok(());
+            }
+            let e = errno();
+            if e == libc::EEXIST {
+                let st = lstat_beneath(root, rel, path)?;
+                if st.is_dir() {
+                    return Ok(());
+                }
+                return Err(Failure::new(
+                    libc::ENOTDIR,
+                    format!("{path}: exists and is not a directory"),
+                ));
+            }
+            Err(describe(e, path, "mkdir"))
+        })
+    }
+
+    /// Make a symlink (replacing an existing symlink or file of that name).
+    pub fn symlink(&self, target: &[u8], path: &str) -> Result<(), Failure> {
+        self.beneath(path, |root, rel| {
+            let (parent, name) = split_last(rel, path)?;
+            let pfd = openat2(
+                root,
+                parent,
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                0,
+            )
+            .map_err(|e| describe(e, path, "opening the parent directory"))?;
+            let name_c = cstr(Path::new(name))?;
+            let target_c = CString::new(target)
+                .map_err(|_| Failure::new(libc::EINVAL, "a symlink target holds a NUL byte"))?;
+            for attempt in 0..2 {
+                // SAFETY: pointers are NUL-terminated; pfd is open.
+                let rc =
+                    unsafe { libc::symlinkat(target_c.as_ptr(), pfd.as_raw_fd(), name_c.as_ptr()) };
+                if rc == 0 {
+                    return Ok(());
+                }
+                let e = errno();
+                if e == libc::EEXIST && attempt == 0 {
+                    // SAFETY: as above; a directory is not removed (flags 0).
+                    unsafe { libc::unlinkat(pfd.as_raw_fd(), name_c.as_ptr(), 0) };
+                    continue;
+                }
+                return Err(describe(e, path, "symlink"));
+            }
+            Err(Failure::new(libc::EEXIST, format!("{path}: exists")))
+        })
+    }
+
+    /// The target of a symlink.
+    pub fn read_link(&self, path: &str) -> Result<Vec<u8>, Failure> {
+        self.beneath(path, |root, rel| {
+            let (parent, name) = split_last(rel, path)?;
+            let pfd = openat2(
+                root,
+                parent,
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                0,
+            )
+            .map_err(|e| describe(e, path, "opening the parent directory"))?;
+            read_link_at(&pfd, name, path)
+        })
+    }
+
+    /// Every entry under the directory `path`, as paths relative to it, with what lstat
+    /// says of each: a directory's entries in name order, then its subdirectories'.
+    /// Directories come before what they hold. Runs as
+    /// the owner: a directory the owner cannot list fails the walk.
+    pub fn walk(&self, path: &str) -> Result<Vec<(PathBuf, PfsStat)>, Failure> {
+        self.beneath(path, |root, rel| {
+            let top = lstat_beneath(root, rel, path)?;
+            if !top.is_dir() {
+                return Err(Failure::new(
+                    libc::ENOTDIR,
+                    format!("{path}: not a directory"),
+                ));
+            }
+            let mut out = Vec::new();
+            let mut stack = vec![PathBuf::new()];
+            while let Some(sub) = stack.pop() {
+                let dir_rel = if sub.as_os_str().is_empty() {
+                    rel.to_path_buf()
+                } else {
+                    rel.join(&sub)
+                };
+                let shown = format!("{path}/{}", sub.display());
+                let fd = openat2(
+                    root,
+                    &dir_rel,
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    0,
+                )
+                .map_err(|e| describe(e, &shown, "opening the directory"))?;
+                let names = list_names(&fd).map_err(|e| describe(e, &shown, "listing"))?;
+                let mut subdirs = Vec::new();
+                for name in names {
+                    let st = fstatat_nofollow(&fd, &name)
+                        .map_err(|e| describe(e, &shown, "lstat of an entry"))?;
+                    let child = sub.join(OsStr::from_bytes(&name));
+                    if st.is_dir() {
+                        subdirs.push(child.clone());
+                    }
+                    out.push((child, st));
+                }
+                // Popped in reverse: keep name order within a directory.
+                stack.extend(subdirs.into_iter().rev());
+            }
+            Ok(out)
+        })
+    }
+}
+
+fn has_dots(p: &Path) -> bool {
+    p.components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+}
+
+fn split_last<'a>(rel: &'a Path, shown: &str) -> Result<(&'a Path, &'a OsStr), Failure> {
+    match (rel.parent(), rel.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            Ok((parent, name))
+        }
+        _ => Err(Failure::new(
+            libc::EINVAL,
+            format!("{shown}: names a PFS root or ends in .."),
+        )),
+    }
+}
+
+fn openat2(dir: &OwnedFd, rel: &Path, flags: i32, mode: u32) -> Result<OwnedFd, i32> {
+    let c = CString::new(rel.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)?;
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64;
+    how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
+        u64::from(mode)
+    } else {
+        0
+    };
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    loop {
+        // SAFETY: c and how live across the call; size is how's size.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: a new descriptor, owned here.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+        }
+        let e = errno();
+        // openat2 asks for a retry when a rename raced the lookup.
+        if e != libc::EAGAIN && e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+fn lstat_beneath(root: &OwnedFd, rel: &Path, shown: &str) -> Result<PfsStat, Failure> {
+    if rel == Path::new(".") {
+        let fd = openat2(root, rel, libc::O_PATH | libc::O_CLOEXEC, 0)
+            .map_err(|e| describe(e, shown, "stat"))?;
+        return fstat(&fd).map_err(|e| describe(e, shown, "stat"));
+    }
+    let (parent, name) = split_last(rel, shown)?;
+    let pfd = openat2(
+        root,
+        parent,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        0,
+    )
+    .map_err(|e| describe(e, shown, "opening the parent directory"))?;
+    fstatat_nofollow(&pfd, name.as_bytes()).map_err(|e| describe(e, shown, "lstat"))
+}
+
+pub fn fstat(fd: &impl AsRawFd) -> Result<PfsStat, i32> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out pointer; fd is open.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(errno());
+    }
+    Ok(PfsStat::of(&st))
+}
+
+fn fstatat_nofollow(dir: &OwnedFd, name: &[u8]) -> Result<PfsStat, i32> {
+    let c = CString::new(name).map_err(|_| libc::EINVAL)?;
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: c is one NUL-terminated component; st is a valid out pointer.
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        return Err(errno());
+    }
+    Ok(PfsStat::of(&st))
+}
+
+fn read_link_at(dir: &OwnedFd, name: &OsStr, shown: &str) -> Result<Vec<u8>, Failure> {
+    let c = cstr(Path::new(name))?;
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: buf's length is passed; c is NUL-terminated.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(describe(errno(), shown, "readlink"));
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// The names in an open directory (without `.` and `..`), sorted.
+fn list_names(dir: &OwnedFd) -> Result<Vec<Vec<u8>>, i32> {
+    // fdopendir takes the descriptor over: give it a duplicate.
+    // SAFETY: dup of an open descriptor.
+    let fd = unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: fd is a fresh duplicate; on failure it is closed here.
+    let d = unsafe { libc::fdopendir(fd) };
+    if d.is_null() {
+        let e = errno();
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    let mut names = Vec::new();
+    let result = loop {
+        // readdir signals the end and errors both with NULL: errno tells them apart.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: d is an open DIR*.
+        let ent = unsafe { libc::readdir64(d) };
+        if ent.is_null() {
+            let e = errno_raw();
+            break if e == 0 { Ok(()) } else { Err(e) };
+        }
+        // SAFETY: d_name is NUL-terminated within the entry.
+        let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
+        if name != b"." && name != b".." {
+            names.push(name.to_vec());
+        }
+    };
+    // SAFETY: d is open; closes fd too.
+    unsafe { libc::closedir(d) };
+    result?;
+    names.sort();
+    Ok(names)
+}
+
+fn errno_raw() -> i32 {
+    // SAFETY: reading this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn root_pfs(roots: &[&Path]) -> Pfs {
+        let roots: Vec<String> = roots.iter().map(|p| p.display().to_string()).collect();
+        Pfs::new(&roots, Identity::of_uid(0).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn paths_must_be_under_a_root() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("pfs");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("a"), b"hello").unwrap();
+        std::fs::write(d.path().join("outside"), b"no").unwrap();
+        let pfs = root_pfs(&[&root]);
+        let a = format!("{}/a", root.display());
+        assert_eq!(pfs.lstat(&a).unwrap().size, 5);
+        let e = pfs
+            .open(
+                &format!("{}/outside", d.path().display()),
+                libc::O_RDONLY,
+                0,
+            )
+            .unwrap_err();
+        assert_eq!(e.errno, libc::EACCES, "{}", e.message);
+        let e = pfs
+            .open(&format!("{}/../outside", root.display()), libc::O_RDONLY, 0)
+            .unwrap_err();
+        assert_eq!(e.errno, libc::EACCES, "{}", e.message);
+        let e = pfs.open("relative/a", libc::O_RDONLY, 0).unwrap_err();
+        assert_eq!(e.errno, libc::EINVAL);
+        // A root "/pfs" does not admit "/pfs2/x".
+        let sibling = d.path().join("pfs2");
+        std::fs::create_dir(&sibling).unwrap();
+        std::fs::write(sibling.join("x"), b"x").unwrap();
+        let e = pfs
+            .open(&format!("{}/x", sibling.display()), libc::O_RDONLY, 0)
+            .unwrap_err();
+        assert_eq!(e.errno, libc::EACCES);
+    }
+
+    #[test]
+    fn symlinks_are_followed_only_beneath_the_root() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("pfs");
+        std::fs::create_dir_all(root.join("dir")).unwrap();
+        std::fs::write(root.join("dir/real"), b"inside").unwrap();
+        std::fs::write(d.path().join("secret"), b"outside").unwrap();
+        std::os::unix::fs::symlink("real", root.join("dir/rel")).unwrap();
+        std::os::unix::fs::symlink("../../secret", root.join("dir/climb")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("secret"), root.join("dir/abs")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("etc")).unwrap();
+        let pfs = root_pfs(&[&root]);
+        let p = |n: &str| format!("{}/{n}", root.display());
+        assert!(pfs.open(&p("dir/rel"), libc::O_RDONLY, 0).is_ok());
+        for bad in ["dir/climb", "dir/abs", "etc/passwd"] {
+            let e = pfs.open(&p(bad), libc::O_RDONLY, 0).unwrap_err();
+            assert_eq!(e.errno, libc::EACCES, "{bad}: {}", e.message);
+            assert!(e.message.contains("leaves the PFS root"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn walk_lists_a_tree_depth_first_in_name_order() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().to_path_buf();
+        std::fs::create_dir_all(root.join("t/b/c")).unwrap();
+        std::fs::write(root.join("t/a"), b"1").unwrap();
+        std::fs::write(root.join("t/b/c/d"), b"22").unwrap();
+        std::fs::write(root.join("t/z"), b"333").unwrap();
+        std::os::unix::fs::symlink("a", root.join("t/l")).unwrap();
+        let pfs = root_pfs(&[&root]);
+        let w = pfs.walk(&format!("{}/t", root.display())).unwrap();
+        let names: Vec<String> = w.iter().map(|(p, _)| p.display().to_string()).collect();
+        assert_eq!(names, ["a", "b", "l", "z", "b/c", "b/c/d"]);
+        assert!(w[2].1.is_symlink());
+        assert_eq!(w[3].1.size, 3);
+    }
+
+    #[test]
+    fn the_owner_needs_permission() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let f = d.path().join("private");
+        std::fs::write(&f, b"x").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let nobody = Identity {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534],
+        };
+        let pfs = Pfs::new(&[d.path().display().to_string()], nobody).unwrap();
+        let e = pfs
+            .open(&f.display().to_string(), libc::O_RDONLY, 0)
+            .unwrap_err();
+        assert_eq!(e.errno, libc::EACCES);
+        let e = pfs
+            .open(
+                &format!("{}/new", d.path().display()),
+                libc::O_WRONLY | libc::O_CREAT,
+                0o644,
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.errno,
+            libc::EACCES,
+            "cannot create in root's 0755 directory"
+        );
+    }
+}

@@ -1,0 +1,350 @@
+//! The stage engine through the wire, on real servers: a coordinator started with
+//! StageStart, its progress followed with StageProgress, the data checked through the
+//! stripes the servers hold and on the "PFS" (a temporary directory).
+
+mod common;
+
+use common::{Cluster, INSTANCE};
+use spillway_types::{FileKind, ROOT_INODE};
+use spillway_wire::{
+    file_state, stage_dir, stage_kind, stage_state, StageFileEvent, StagePair, StageProgressReq,
+    StageStartReq,
+};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+static NEXT_STAGE: AtomicU64 = AtomicU64::new(1);
+
+struct Outcome {
+    state: u8,
+    files_total: u64,
+    files_done: u64,
+    bytes_done: u64,
+    events: Vec<StageFileEvent>,
+    error: String,
+}
+
+impl Outcome {
+    fn failed(&self) -> Vec<(&str, i32)> {
+        self.events
+            .iter()
+            .filter(|e| e.state == file_state::FAILED)
+            .map(|e| (e.path.as_str(), e.errno))
+            .collect()
+    }
+}
+
+fn stage(
+    c: &Cluster,
+    roots: &[&Path],
+    dir: u8,
+    kind: u8,
+    pairs: &[(&str, &str)],
+    uid: u32,
+) -> Outcome {
+    let id = NEXT_STAGE.fetch_add(1, Ordering::SeqCst);
+    let admin = c.nodes[(id as usize) % c.nodes.len()].admin();
+    admin
+        .call(&StageStartReq {
+            stage: id,
+            instance: INSTANCE,
+            direction: dir,
+            kind,
+            pairs: pairs
+                .iter()
+                .map(|(s, d)| StagePair {
+                    source: s.to_string(),
+                    destination: d.to_string(),
+                })
+                .collect(),
+            uid,
+            pfs_roots: roots.iter().map(|r| r.display().to_string()).collect(),
+            files_in_flight: 8,
+        })
+        .expect("stage start");
+    let mut events = Vec::new();
+    let mut cursor = 0;
+    let t0 = Instant::now();
+    loop {
+        let r = admin
+            .call(&StageProgressReq {
+                stage: id,
+                cursor,
+                wait_ms: 1000,
+            })
+            .expect("progress");
+        events.extend(r.events);
+        cursor = r.cursor;
+        if r.state != stage_state::RUNNING {
+            return Outcome {
+                state: r.state,
+                files_total: r.files_total,
+                files_done: r.files_done,
+                bytes_done: r.bytes_done,
+                events,
+                error: r.error,
+            };
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "stage {id} never ended"
+        );
+    }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
+}
+
+fn instance_file(c: &Cluster, path: &str) -> (spillway_types::Attr, Vec<u8>) {
+    let mut ino = ROOT_INODE;
+    let mut attr = c.getattr(ino).unwrap();
+    for name in path.split('/').filter(|s| !s.is_empty()) {
+        ino = c.lookup(ino, name).unwrap().entry.ino;
+        attr = c.getattr(ino).unwrap();
+    }
+    let data = if attr.kind == FileKind::Regular {
+        c.read(&attr, 0, attr.size).unwrap()
+    } else {
+        Vec::new()
+    };
+    (attr, data)
+}
+
+#[test]
+fn a_file_goes_in_and_out_with_its_bytes_mode_and_mtime() {
+    let c = Cluster::start(2, 1 << 30, 64 << 10);
+    let pfs = tempfile::tempdir().unwrap();
+    let src = pfs.path().join("input.bin");
+    let data = pattern((64 << 10) * 7 + 1234, 3);
+    std::fs::write(&src, &data).unwrap();
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(&src)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::IN,
+        stage_kind::FILE,
+        &[(src.to_str().unwrap(), "/input.bin")],
+        0,
+    );
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert_eq!((o.files_total, o.files_done), (1, 1));
+    assert_eq!(o.bytes_done, data.len() as u64);
+    let (attr, got) = instance_file(&c, "/input.bin");
+    assert!(got == data, "the instance holds the source's bytes");
+    assert_eq!(attr.mode & 0o7777, 0o640);
+    assert_eq!(attr.mtime.sec, 1_600_000_000);
+    // Both servers hold stripes of it.
+    assert!(!c.stripes_on(0, attr.ino).is_empty() && !c.stripes_on(1, attr.ino).is_empty());
+
+    let out = pfs.path().join("output.bin");
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::OUT,
+        stage_kind::FILE,
+        &[("/input.bin", out.to_str().unwrap())],
+        0,
+    );
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert!(std::fs::read(&out).unwrap() == data);
+    let m = std::fs::metadata(&out).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o640);
+    assert_eq!(m.mtime(), 1_600_000_000);
+
+    // Staging in again truncates and replaces.
+    std::fs::write(&src, b"short").unwrap();
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::IN,
+        stage_kind::FILE,
+        &[(src.to_str().unwrap(), "/input.bin")],
+        0,
+    );
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert_eq!(instance_file(&c, "/input.bin").1, b"short");
+}
+
+#[test]
+fn a_tree_goes_in_and_out() {
+    let c = Cluster::start(2, 1 << 30, 64 << 10);
+    let pfs = tempfile::tempdir().unwrap();
+    let src = pfs.path().join("tree");
+    std::fs::create_dir_all(src.join("a/b")).unwrap();
+    std::fs::create_dir_all(src.join("empty")).unwrap();
+    let mut files = Vec::new();
+    for i in 0..150 {
+        let rel = match i % 3 {
+            0 => format!("f{i}"),
+            1 => format!("a/f{i}"),
+            _ => format!("a/b/f{i}"),
+        };
+        let data = pattern(i * 997 % 200_000, i as u8);
+        std::fs::write(src.join(&rel), &data).unwrap();
+        files.push((rel, data));
+    }
+    std::fs::set_permissions(src.join("a/f1"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("a/f1", src.join("link")).unwrap();
+    c.create(ROOT_INODE, "in", FileKind::Directory).unwrap();
+
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::IN,
+        stage_kind::DIRECTORY,
+        &[(src.to_str().unwrap(), "/in")],
+        0,
+    );
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert_eq!(o.files_total, 151, "150 files and a symlink");
+    assert_eq!(o.files_done, 151);
+    for (rel, data) in &files {
+        assert!(instance_file(&c, &format!("/in/{rel}")).1 == *data, "{rel}");
+    }
+    assert_eq!(instance_file(&c, "/in/a/f1").0.mode & 0o777, 0o755);
+    assert_eq!(instance_file(&c, "/in/link").0.kind, FileKind::Symlink);
+    assert_eq!(instance_file(&c, "/in/empty").0.kind, FileKind::Directory);
+
+    let back = pfs.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::OUT,
+        stage_kind::DIRECTORY,
+        &[("/in", back.to_str().unwrap())],
+        0,
+    );
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert_eq!(o.files_done, 151);
+    for (rel, data) in &files {
+        assert!(std::fs::read(back.join(rel)).unwrap() == *data, "{rel}");
+    }
+    assert_eq!(
+        std::fs::read_link(back.join("link")).unwrap(),
+        Path::new("a/f1")
+    );
+    assert!(back.join("empty").is_dir());
+    let m = std::fs::metadata(back.join("a/f1")).unwrap();
+    assert_eq!(m.mode() & 0o777, 0o755);
+}
+
+#[test]
+fn a_list_goes_in_and_failures_name_their_files() {
+    let c = Cluster::start(2, 1 << 30, 64 << 10);
+    let pfs = tempfile::tempdir().unwrap();
+    std::fs::write(pfs.path().join("one"), b"1").unwrap();
+    std::fs::write(pfs.path().join("two"), b"22").unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), b"s").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), pfs.path().join("escape")).unwrap();
+    let p = |n: &str| pfs.path().join(n).display().to_string();
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::IN,
+        stage_kind::LIST,
+        &[
+            (&p("one"), "/one"),
+            (&p("two"), "/two"),
+            (&p("missing"), "/missing"),
+            (&p("escape"), "/escape"),
+            (
+                &outside.path().join("secret").display().to_string(),
+                "/secret",
+            ),
+        ],
+        0,
+    );
+    assert_eq!(o.state, stage_state::FAILED);
+    assert_eq!(o.files_total, 5);
+    assert_eq!(o.files_done, 2);
+    let mut failed = o.failed();
+    failed.sort();
+    assert_eq!(
+        failed,
+        [
+            ("/escape", libc::EACCES),
+            ("/missing", libc::ENOENT),
+            ("/secret", libc::EACCES)
+        ]
+    );
+    assert!(
+        o.error.contains("missing") || o.error.contains("escape") || o.error.contains("secret")
+    );
+    assert_eq!(instance_file(&c, "/two").1, b"22");
+}
+
+#[test]
+fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let c = Cluster::start(2, 1 << 30, 64 << 10);
+    let pfs = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(pfs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let private = pfs.path().join("private");
+    std::fs::write(&private, b"root only").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let open = pfs.path().join("open");
+    std::fs::write(&open, b"anyone").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // nobody (65534) may read `open` but not `private`; the instance root belongs to
+    // uid 1000 (mode 0755), so nobody may not create in it either.
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::IN,
+        stage_kind::LIST,
+        &[
+            (private.to_str().unwrap(), "/private"),
+            (open.to_str().unwrap(), "/open"),
+        ],
+        65534,
+    );
+    assert_eq!(o.state, stage_state::FAILED);
+    let mut failed = o.failed();
+    failed.sort();
+    assert_eq!(
+        failed,
+        [("/open", libc::EACCES), ("/private", libc::EACCES)]
+    );
+    // As uid 1000 (the instance root's owner), `open` goes in; out into the PFS
+    // root's directory (root's, 0755) is refused.
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::IN,
+        stage_kind::FILE,
+        &[(open.to_str().unwrap(), "/open")],
+        1000,
+    );
+    if o.state != stage_state::COMPLETE {
+        // uid 1000 may not exist on this machine: then the stage says so.
+        assert!(o.error.contains("not a user"), "{}", o.error);
+        return;
+    }
+    assert_eq!(instance_file(&c, "/open").0.uid, 1000);
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::OUT,
+        stage_kind::FILE,
+        &[("/open", &pfs.path().join("copy").display().to_string())],
+        1000,
+    );
+    assert_eq!(o.failed(), [("/open", libc::EACCES)]);
+}
