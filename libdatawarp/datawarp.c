@@ -313,14 +313,28 @@ static int fd_on_spillway(int fd)
 struct dw_target {
     char *mount; /* the mount point */
     char *ipath; /* the instance path: "/" or "/a/b" */
-    int exists;  /* the path itself exists (else only its parent does) */
+    char *full;  /* the canonical path (its last name not followed in RESOLVE_LEAF) */
+};
+
+/* How `resolve` treats the last name of a path. */
+enum resolve_mode {
+    RESOLVE_EXISTING, /* the path must exist; symlinks are followed all the way */
+    RESOLVE_LEAF      /* the parent must exist; the last name is taken as it is */
 };
 
 static void target_free(struct dw_target *t)
 {
     free(t->mount);
     free(t->ipath);
-    t->mount = t->ipath = NULL;
+    free(t->full);
+    t->mount = t->ipath = t->full = NULL;
+}
+
+/* Does the path itself exist (as named: a dangling symlink counts)? */
+static int target_exists(const struct dw_target *t)
+{
+    struct stat st;
+    return lstat(t->full, &st) == 0;
 }
 
 static char *join2(const char *a, const char *b)
@@ -337,16 +351,14 @@ static char *join2(const char *a, const char *b)
     return s;
 }
 
-/* The last component of `path` (after stripping trailing slashes), malloc'd; NULL
- * with errno EINVAL when there is none (`/`, `.`, `..`, empty). */
+/* The last component of `path`, malloc'd; NULL with errno EINVAL when there is none
+ * (`/`, `.`, `..`, empty) or the path ends with a slash. */
 static char *last_component(const char *path)
 {
     size_t n = strlen(path);
     const char *start;
     char *s;
 
-    while (n > 0 && path[n - 1] == '/')
-        n--;
     start = path + n;
     while (start > path && start[-1] != '/')
         start--;
@@ -363,51 +375,50 @@ static char *last_component(const char *path)
     return s;
 }
 
-/*
- * Map a caller's path to its mount and instance path. With `may_be_missing`, a path
- * that does not exist yet is taken as its (existing) parent plus its last name.
- */
-static int resolve(const char *path, int may_be_missing, struct dw_target *t)
+/* realpath of the directory part of `path` (`.` when there is none). */
+static char *real_parent(const char *path)
 {
-    char *full, *rest;
+    char *copy = strdup(path), *slash, *r;
+    int e;
+
+    if (!copy)
+        return NULL;
+    slash = strrchr(copy, '/');
+    if (!slash) {
+        free(copy);
+        return realpath(".", NULL);
+    }
+    if (slash == copy)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    r = realpath(copy, NULL);
+    e = errno;
+    free(copy);
+    errno = e;
+    return r;
+}
+
+/*
+ * Map a caller's path to its mount and instance path.
+ *
+ * RESOLVE_LEAF does not look the last name up: a file a stage is about to create must
+ * not be looked up before it exists, or the kernel would remember that it does not
+ * (for the mount's entry lifetime) after the servers have created it.
+ */
+static int resolve(const char *path, enum resolve_mode mode, struct dw_target *t)
+{
+    char *full = NULL, *rest, *base;
     int r;
 
     memset(t, 0, sizeof(*t));
     if (!path || !*path)
         return -EINVAL;
-    full = realpath(path, NULL);
-    t->exists = full != NULL;
-    if (!full) {
-        char *copy, *slash, *base, *parent;
-        if (errno != ENOENT || !may_be_missing)
-            return errno == ENOMEM ? -ENOMEM : -errno;
-        base = last_component(path);
-        if (!base)
-            return errno == EINVAL ? -ENOENT : -ENOMEM;
-        copy = strdup(path);
-        if (!copy) {
-            free(base);
-            return -ENOMEM;
-        }
-        /* The parent: everything before the last component. */
-        {
-            size_t n = strlen(copy);
-            while (n > 1 && copy[n - 1] == '/')
-                copy[--n] = '\0';
-        }
-        slash = strrchr(copy, '/');
-        if (!slash)
-            parent = realpath(".", NULL);
-        else {
-            if (slash == copy)
-                slash[1] = '\0';
-            else
-                *slash = '\0';
-            parent = realpath(copy, NULL);
-        }
-        r = parent ? 0 : -errno;
-        free(copy);
+    base = mode == RESOLVE_LEAF ? last_component(path) : NULL;
+    if (base) {
+        char *parent = real_parent(path);
         if (!parent) {
+            r = -errno;
             free(base);
             return r;
         }
@@ -416,6 +427,11 @@ static int resolve(const char *path, int may_be_missing, struct dw_target *t)
         free(base);
         if (!full)
             return -ENOMEM;
+    } else {
+        /* RESOLVE_EXISTING, or a path without a last name (`/`, `..`, `dir/`). */
+        full = realpath(path, NULL);
+        if (!full)
+            return -errno;
     }
     r = find_mount(full, &t->mount);
     if (r < 0) {
@@ -424,7 +440,7 @@ static int resolve(const char *path, int may_be_missing, struct dw_target *t)
     }
     rest = full + (strcmp(t->mount, "/") == 0 ? 0 : strlen(t->mount));
     t->ipath = strdup(*rest ? rest : "/");
-    free(full);
+    t->full = full;
     if (!t->ipath) {
         target_free(t);
         return -ENOMEM;
@@ -483,7 +499,7 @@ int dw_set_stage_concurrency(const char *dw_instance_path, unsigned int concurre
     struct dw_target t;
     char n[32];
     const char *f[2];
-    int r = resolve(dw_instance_path, 0, &t);
+    int r = resolve(dw_instance_path, RESOLVE_EXISTING, &t);
 
     if (r < 0)
         return r;
@@ -496,7 +512,7 @@ int dw_set_stage_concurrency(const char *dw_instance_path, unsigned int concurre
 }
 
 /* A file or directory stage. `dw` is the DW side, `pfs` the PFS side. */
-static int stage_one(const char *dir, const char *type, const char *dw, int dw_may_be_missing,
+static int stage_one(const char *dir, const char *type, const char *dw, enum resolve_mode dw_mode,
                      const char *pfs, enum dw_stage_type when)
 {
     struct dw_target t;
@@ -506,7 +522,7 @@ static int stage_one(const char *dir, const char *type, const char *dw, int dw_m
 
     if (!pfs)
         return -EINVAL;
-    r = resolve(dw, dw_may_be_missing, &t);
+    r = resolve(dw, dw_mode, &t);
     if (r < 0)
         return r;
     p = pfs_absolute(pfs);
@@ -533,11 +549,11 @@ static int stage_one(const char *dir, const char *type, const char *dw, int dw_m
 }
 
 /* revoke or activate the deferred stage(s) of one DW path. */
-static int act_one(const char *action, const char *scope, const char *dw, int may_be_missing)
+static int act_one(const char *action, const char *scope, const char *dw, enum resolve_mode mode)
 {
     struct dw_target t;
     const char *f[4];
-    int r = resolve(dw, may_be_missing, &t);
+    int r = resolve(dw, mode, &t);
 
     if (r < 0)
         return r;
@@ -547,7 +563,7 @@ static int act_one(const char *action, const char *scope, const char *dw, int ma
     f[3] = t.ipath;
     r = simple_call(t.mount, f, 4, NULL);
     /* No stage there: a path that is not there either is ENOENT, else EINVAL. */
-    if (r == -ENOENT && t.exists)
+    if (r == -ENOENT && target_exists(&t))
         r = -EINVAL;
     target_free(&t);
     return r;
@@ -555,12 +571,12 @@ static int act_one(const char *action, const char *scope, const char *dw, int ma
 
 int dw_stage_file_in(const char *dw_file_path, const char *pfs_file_path)
 {
-    return stage_one("in", "file", dw_file_path, 1, pfs_file_path, DW_STAGE_IMMEDIATE);
+    return stage_one("in", "file", dw_file_path, RESOLVE_LEAF, pfs_file_path, DW_STAGE_IMMEDIATE);
 }
 
 int dw_stage_directory_in(const char *dw_directory, const char *pfs_directory)
 {
-    return stage_one("in", "directory", dw_directory, 0, pfs_directory, DW_STAGE_IMMEDIATE);
+    return stage_one("in", "directory", dw_directory, RESOLVE_EXISTING, pfs_directory, DW_STAGE_IMMEDIATE);
 }
 
 int dw_stage_file_out(const char *dw_file_path, const char *pfs_file_path,
@@ -569,11 +585,11 @@ int dw_stage_file_out(const char *dw_file_path, const char *pfs_file_path,
     switch (stage_type) {
     case DW_STAGE_IMMEDIATE:
     case DW_STAGE_AT_JOB_END:
-        return stage_one("out", "file", dw_file_path, 0, pfs_file_path, stage_type);
+        return stage_one("out", "file", dw_file_path, RESOLVE_EXISTING, pfs_file_path, stage_type);
     case DW_REVOKE_STAGE_AT_JOB_END:
-        return act_one("revoke", "file", dw_file_path, 1);
+        return act_one("revoke", "file", dw_file_path, RESOLVE_LEAF);
     case DW_ACTIVATE_DEFERRED_STAGE:
-        return act_one("activate", "file", dw_file_path, 1);
+        return act_one("activate", "file", dw_file_path, RESOLVE_LEAF);
     }
     return -EINVAL;
 }
@@ -584,11 +600,11 @@ int dw_stage_directory_out(const char *dw_directory, const char *pfs_directory,
     switch (stage_type) {
     case DW_STAGE_IMMEDIATE:
     case DW_STAGE_AT_JOB_END:
-        return stage_one("out", "directory", dw_directory, 0, pfs_directory, stage_type);
+        return stage_one("out", "directory", dw_directory, RESOLVE_EXISTING, pfs_directory, stage_type);
     case DW_REVOKE_STAGE_AT_JOB_END:
-        return act_one("revoke", "tree", dw_directory, 0);
+        return act_one("revoke", "tree", dw_directory, RESOLVE_EXISTING);
     case DW_ACTIVATE_DEFERRED_STAGE:
-        return act_one("activate", "tree", dw_directory, 0);
+        return act_one("activate", "tree", dw_directory, RESOLVE_EXISTING);
     }
     return -EINVAL;
 }
@@ -644,7 +660,7 @@ int dw_stage_list_in(const char *dw_directory, const char **pfs_list)
 
     if (!pfs_list || !pfs_list[0])
         return -EINVAL;
-    r = resolve(dw_directory, 0, &t);
+    r = resolve(dw_directory, RESOLVE_EXISTING, &t);
     if (r < 0)
         return r;
     memset(&b, 0, sizeof(b));
@@ -695,12 +711,12 @@ static int each(const char **list, int (*fn)(const char *))
 
 static int revoke_file(const char *p)
 {
-    return act_one("revoke", "file", p, 1);
+    return act_one("revoke", "file", p, RESOLVE_LEAF);
 }
 
 static int activate_file(const char *p)
 {
-    return act_one("activate", "file", p, 1);
+    return act_one("activate", "file", p, RESOLVE_LEAF);
 }
 
 int dw_stage_list_out(const char **dw_list, const char *pfs_directory,
@@ -734,7 +750,7 @@ int dw_stage_list_out(const char **dw_list, const char *pfs_directory,
     b.head[3] = when_of(stage_type);
     for (i = 0; dw_list[i] && r == 0; i++) {
         char *base = NULL, *dst = NULL;
-        r = resolve(dw_list[i], 0, &t);
+        r = resolve(dw_list[i], RESOLVE_EXISTING, &t);
         if (r < 0)
             break;
         if (!mount) {
@@ -770,13 +786,13 @@ struct counts {
     long complete, pending, deferred, failed;
 };
 
-static int counts_of(const char *path, const char *scope, int may_be_missing, struct counts *c)
+static int counts_of(const char *path, const char *scope, enum resolve_mode mode, struct counts *c)
 {
     struct dw_target t;
     struct dw_msg *m = NULL;
     const char *f[3];
     long started = 0;
-    int r = resolve(path, may_be_missing, &t);
+    int r = resolve(path, mode, &t);
 
     if (r < 0)
         return r;
@@ -790,7 +806,7 @@ static int counts_of(const char *path, const char *scope, int may_be_missing, st
             field_int(m, 4, &started) < 0)
             r = -EPROTO;
         else if (!started)
-            r = t.exists ? -EINVAL : -ENOENT; /* no stage ever started there */
+            r = target_exists(&t) ? -EINVAL : -ENOENT; /* no stage ever started there */
     }
     msg_free(m);
     target_free(&t);
@@ -814,7 +830,7 @@ int dw_query_file_stage(const char *dw_file_path, int *complete, int *pending, i
                         int *failed)
 {
     struct counts c;
-    int r = counts_of(dw_file_path, "file", 1, &c);
+    int r = counts_of(dw_file_path, "file", RESOLVE_LEAF, &c);
     if (r == 0)
         put_counts(&c, complete, pending, deferred, failed);
     return r;
@@ -824,7 +840,7 @@ int dw_query_directory_stage(const char *dw_directory_path, int *complete, int *
                              int *deferred, int *failed)
 {
     struct counts c;
-    int r = counts_of(dw_directory_path, "tree", 0, &c);
+    int r = counts_of(dw_directory_path, "tree", RESOLVE_EXISTING, &c);
     if (r == 0)
         put_counts(&c, complete, pending, deferred, failed);
     return r;
@@ -839,7 +855,7 @@ int dw_query_list_stage(const char **dw_list_path, int *complete, int *pending, 
     if (!dw_list_path || !dw_list_path[0])
         return -EINVAL;
     for (i = 0; dw_list_path[i]; i++) {
-        r = counts_of(dw_list_path[i], "file", 1, &c);
+        r = counts_of(dw_list_path[i], "file", RESOLVE_LEAF, &c);
         if (r < 0)
             return r;
         sum.complete += c.complete;
@@ -869,11 +885,11 @@ static void pause_ms(long ms)
 }
 
 /* Wait until nothing is pending at `path`. Signals do not interrupt it. */
-static int wait_path(const char *path, const char *scope, int may_be_missing)
+static int wait_path(const char *path, const char *scope, enum resolve_mode mode)
 {
     struct dw_target t;
     const char *f[4];
-    int r = resolve(path, may_be_missing, &t);
+    int r = resolve(path, mode, &t);
 
     if (r < 0)
         return r;
@@ -892,7 +908,7 @@ static int wait_path(const char *path, const char *scope, int may_be_missing)
         }
         break;
     }
-    if (r == -EINVAL && !t.exists)
+    if (r == -EINVAL && !target_exists(&t))
         r = -ENOENT;
     target_free(&t);
     return r;
@@ -900,12 +916,12 @@ static int wait_path(const char *path, const char *scope, int may_be_missing)
 
 int dw_wait_file_stage(const char *dw_file_path)
 {
-    return wait_path(dw_file_path, "file", 1);
+    return wait_path(dw_file_path, "file", RESOLVE_LEAF);
 }
 
 int dw_wait_directory_stage(const char *dw_directory_path)
 {
-    return wait_path(dw_directory_path, "tree", 0);
+    return wait_path(dw_directory_path, "tree", RESOLVE_EXISTING);
 }
 
 static int wait_file(const char *p)
@@ -928,12 +944,12 @@ int dw_wait_list_stage(const char **dw_list)
 
 int dw_terminate_file_stage(const char *dw_file_path)
 {
-    return act_one("terminate", "file", dw_file_path, 1);
+    return act_one("terminate", "file", dw_file_path, RESOLVE_LEAF);
 }
 
 int dw_terminate_directory_stage(const char *dw_directory_path)
 {
-    return act_one("terminate", "tree", dw_directory_path, 0);
+    return act_one("terminate", "tree", dw_directory_path, RESOLVE_EXISTING);
 }
 
 static int terminate_file(const char *p)
@@ -1006,7 +1022,7 @@ int dw_open_failed_stage(const char *dw_instance_path, dw_failed_stage_t **handl
     if (!handle)
         return -EINVAL;
     *handle = NULL;
-    r = resolve(dw_instance_path, 0, &t);
+    r = resolve(dw_instance_path, RESOLVE_EXISTING, &t);
     if (r < 0)
         return r;
     h = calloc(1, sizeof(*h));
@@ -1200,7 +1216,7 @@ char *dw_get_mds_path(const char *dw_root, uint64_t key)
     int r;
 
     (void)key; /* every server holds metadata already: names are spread by hash */
-    r = resolve(dw_root, 0, &t);
+    r = resolve(dw_root, RESOLVE_EXISTING, &t);
     if (r < 0) {
         errno = -r;
         return NULL;
@@ -1219,7 +1235,7 @@ char *dw_get_accounting_data_json(const char *path, int *ecode)
     char *json = NULL;
     int fd, r;
 
-    r = resolve(path, 0, &t);
+    r = resolve(path, RESOLVE_EXISTING, &t);
     if (r < 0)
         goto out;
     m = msg_new();

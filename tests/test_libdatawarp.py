@@ -37,7 +37,8 @@ PROGRAMS = ["dw_file", "dw_dir", "dw_deferred", "dw_list", "dw_terminate", "dw_f
 SPILLWAY_IOC_CALL = 0xFFFC5357  # _IOWR('S', 0x57, struct spillway_ioc), 16380 bytes
 IOC_LEN = 16380
 
-COUNTS = re.compile(r"^(\S+) rc=(-?\d+) complete=(\d+) pending=(\d+) deferred=(\d+) failed=(\d+)$", re.M)
+COUNTS = re.compile(r"^(\S+) rc=(-?\d+) complete=(-?\d+) pending=(-?\d+) deferred=(-?\d+) "
+                    r"failed=(-?\d+)$", re.M)
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -279,9 +280,16 @@ def test_terminate_a_2gib_stage_part_way(dw, work):
     rc, complete, pending, deferred, failed = c["terminated"]
     # Terminated: nothing pending and nothing complete (or no record left at all).
     assert rc in (0, -errno.EINVAL) and (rc != 0 or (pending, complete) == (0, 0)), out
-    st = [s for s in stages(dw) if s["destination"] == f[len(dw.mnt):]]
-    assert len(st) == 1 and st[0]["state"] == "terminated", st
-    assert st[0]["bytes_done"] < 2 * GiB, st
+    # Waiting after a terminate: nothing is pending (or nothing is left to wait for).
+    assert re.search(rf"^wait rc=(0|{-errno.EINVAL})$", out, re.M), out
+    # The manager ends a running stage when its coordinator confirms.
+    ipath = f[len(dw.mnt):]
+
+    def ended():
+        st = [s for s in stages(dw) if s["destination"] == ipath]
+        return len(st) == 1 and st[0]["state"] == "terminated" and st[0]
+    s = dw.site.wait(ended, "the stage terminated", timeout=60)
+    assert s["bytes_done"] < 2 * GiB, s
 
 
 def _failed_walk(out):

@@ -14,13 +14,15 @@
 //! `MAX_IN_FLIGHT` at once, beyond that `-EAGAIN`), each bounded by the HTTP client's
 //! timeout, and a reply dropped by a failing thread is answered EIO by fuser.
 
-use fuser::ReplyIoctl;
+use fuser::{INodeNo as FuseIno, Notifier, ReplyIoctl};
 use serde_json::{json, Value};
 use spillway_api::{ApiClient, ApiError};
 use spillway_stubs::Instance;
 use spillway_types::{Errno, InodeNo};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Size of `buf` in `struct spillway_ioc`.
 pub const IOC_BUF_LEN: usize = 16376;
@@ -42,6 +44,8 @@ pub const MAX_WAIT_MS: u32 = 10_000;
 pub const MAX_IN_FLIGHT: usize = 64;
 /// Longest path (instance or PFS) a message may carry.
 pub const MAX_PATH: usize = 4096;
+/// Kernel entries dropped after a list stage-in (the rest expire by themselves).
+const FORGET_MAX: usize = 256;
 /// Failures asked of the manager per `failures` request.
 const FAILURES_PAGE: usize = 512;
 
@@ -544,6 +548,8 @@ pub struct Control {
     instance: u64,
     inst: Arc<Instance>,
     in_flight: AtomicUsize,
+    /// The kernel's caches, to drop what they remember of files the servers create.
+    notifier: Option<Arc<OnceLock<Notifier>>>,
 }
 
 /// Counts one request in flight for as long as it lives (a panicking thread too).
@@ -566,7 +572,36 @@ impl Control {
             instance: inst.desc.instance,
             inst,
             in_flight: AtomicUsize::new(0),
+            notifier: None,
         }
+    }
+
+    /// Tell the kernel to forget entries of files stages create (see `forget_entry`).
+    pub fn with_notifier(mut self, n: Arc<OnceLock<Notifier>>) -> Control {
+        self.notifier = Some(n);
+        self
+    }
+
+    /// The servers create a stage-in's files behind this client's back: a lookup of
+    /// such a name made before it existed left a negative entry in the kernel (for the
+    /// entry lifetime), which would hide the staged file. Drop the kernel's entry of
+    /// `path` (an instance path) if its directory can be found; failures are harmless.
+    fn forget_entry(&self, path: &str) {
+        let Some(n) = self.notifier.as_ref().and_then(|n| n.get()) else {
+            return;
+        };
+        let names: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        let Some((leaf, dirs)) = names.split_last() else {
+            return;
+        };
+        let mut dir = spillway_types::ROOT_INODE;
+        for d in dirs {
+            match self.inst.lookup_entry(dir, d.as_bytes()) {
+                Ok(Some(e)) => dir = e.ino,
+                _ => return,
+            }
+        }
+        let _ = n.inval_entry(FuseIno(dir.0), OsStr::from_bytes(leaf.as_bytes()));
     }
 
     /// The FUSE `ioctl` of the mount. `ino`: the inode the ioctl was made on (its
@@ -630,13 +665,27 @@ impl Control {
                 kind,
                 when,
                 pairs,
-            } => self.stage(m, uid, *direction, *kind, *when, pairs),
+            } => {
+                let a = self.stage(m, uid, *direction, *kind, *when, pairs);
+                if a.is_ok() && *direction == Direction::In && *kind != StageKind::Directory {
+                    for (_, dst) in pairs.iter().take(FORGET_MAX) {
+                        self.forget_entry(dst);
+                    }
+                }
+                a
+            }
             Request::Counts { scope, path } => self.counts(m, *scope, path, None),
             Request::Wait {
                 scope,
                 path,
                 timeout_ms,
-            } => self.wait(m, *scope, path, *timeout_ms),
+            } => {
+                let a = self.wait(m, *scope, path, *timeout_ms);
+                if a.is_ok() && *scope == Scope::File {
+                    self.forget_entry(path);
+                }
+                a
+            }
             Request::Action {
                 action,
                 scope,

@@ -66,7 +66,7 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
     })?;
 
     let notifier = Arc::new(OnceLock::new());
-    let control = Arc::new(Control::new(inst.clone(), manager));
+    let control = Arc::new(Control::new(inst.clone(), manager).with_notifier(notifier.clone()));
     let fs = SpillwayFs::new(
         inst,
         args.tunables.clone(),
