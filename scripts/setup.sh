@@ -150,6 +150,21 @@ else
     say "building the workspace (cargo build --release --workspace)"
     (cd "$REPO" && cargo build --release --workspace </dev/null) || die "cargo build --release --workspace failed"
     say "build done: binaries in $REPO/target/release"
+    # libdatawarp (the DataWarp C API, docs/libdatawarp.md): built and installed under
+    # /usr/local (header, library, pkg-config files cray-datawarp and datawarp).
+    # `make` rebuilds only what changed and `install` overwrites in place: idempotent.
+    if [[ $EUID -eq 0 ]]; then
+        say "building and installing libdatawarp (PREFIX=/usr/local)"
+        make -C "$REPO/libdatawarp" --no-print-directory PREFIX=/usr/local all install </dev/null |
+            sed 's/^/[setup] libdatawarp: /' || die "libdatawarp build or install failed"
+        ldconfig || die "ldconfig failed after installing libdatawarp"
+        pkg-config --exists cray-datawarp ||
+            die "pkg-config does not find cray-datawarp after installing libdatawarp"
+    else
+        say "not root: libdatawarp built but not installed (run as root to install it)"
+        make -C "$REPO/libdatawarp" --no-print-directory all </dev/null |
+            sed 's/^/[setup] libdatawarp: /' || die "libdatawarp build failed"
+    fi
     # The manager's HTTPS identity is made at install: a site CA and a certificate for
     # this host (kept if present; manager.conf and spillway.conf can point elsewhere).
     if [[ $EUID -eq 0 ]]; then

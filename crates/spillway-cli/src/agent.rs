@@ -108,6 +108,31 @@ impl Agent {
             .state_dir
             .join(format!("activation-{activation}.log"))
     }
+    /// The client config every mount gets (`--manager-config`): how libdatawarp's
+    /// requests through the mount reach the manager.
+    fn manager_config_path(&self) -> PathBuf {
+        self.cfg.state_dir.join("manager.conf")
+    }
+
+    fn write_manager_config(&self) -> Result<PathBuf, String> {
+        let c = &self.cfg.client;
+        // The mount daemonizes (cwd /): relative paths of the agent's config must not
+        // reach it as they are.
+        let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut text = format!(
+            "# Written by the agent for its mounts (libdatawarp's control channel).\n\
+             manager_url = {}\nca_file = {}\n",
+            c.manager_url,
+            abs(&c.ca_file).display()
+        );
+        if let Some(s) = &c.munge_socket {
+            text.push_str(&format!("munge_socket = {}\n", abs(s).display()));
+        }
+        let path = self.manager_config_path();
+        Self::write_private(&path, &text)?;
+        Ok(path)
+    }
+
     fn mount_path(&self, activation: u64) -> PathBuf {
         self.cfg
             .state_dir
@@ -170,6 +195,8 @@ impl Agent {
         if let Some(t) = &self.cfg.tunables {
             cmd.arg("--tunables").arg(t);
         }
+        cmd.arg("--manager-config")
+            .arg(self.write_manager_config()?);
         let out = cmd.arg(mnt).output().map_err(|e| e.to_string())?;
         if !out.status.success() {
             return Err(format!(

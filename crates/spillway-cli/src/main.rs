@@ -68,6 +68,11 @@ enum Cmd {
         pidfile: Option<PathBuf>,
         #[arg(long)]
         tunables: Option<PathBuf>,
+        /// How to reach the manager (a client config: manager_url, ca_file,
+        /// munge_socket) for libdatawarp's requests through this mount. Without it
+        /// they are answered ENOTSUP.
+        #[arg(long)]
+        manager_config: Option<PathBuf>,
     },
     /// Unmount a Spillway mount (the client process then exits).
     Umount { mountpoint: PathBuf },
@@ -325,9 +330,14 @@ fn run(cli: Cli) -> Result<(), String> {
             log,
             pidfile,
             tunables,
+            manager_config,
         } => {
             let desc = InstanceDescriptor::load(&instance).map_err(|e| e.to_string())?;
             let tunables = load_tunables(&tunables)?;
+            let manager = match &manager_config {
+                Some(p) => Some(spillway_api::config::ClientConfig::load(p)?),
+                None => None,
+            };
             if !mountpoint.is_dir() {
                 return Err(format!(
                     "mount point {} is not a directory",
@@ -357,6 +367,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 tunables,
                 origin,
                 ready: notify,
+                manager,
             });
             if let Err(e) = &result {
                 // A detached parent still waiting sees the pipe close and points at

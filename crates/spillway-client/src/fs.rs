@@ -7,13 +7,14 @@
 //! pages and attributes when another client changed the file; close and fsync push
 //! this client's writes to the servers before they return.
 
+use crate::control::Control;
 use crate::nodes::{Node, OpenFile, Tables};
 use crate::writeback::WriteBack;
 use fuser::{
     FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use spillway_stubs::Instance;
 use spillway_types::tunables::{MAX_NAME_LEN, MAX_SYMLINK_LEN};
@@ -33,6 +34,8 @@ pub struct SpillwayFs {
     tun: Tunables,
     notifier: Arc<OnceLock<Notifier>>,
     origin: std::path::PathBuf,
+    /// libdatawarp's control channel (ioctl SPILLWAY_IOC_CALL).
+    control: Arc<Control>,
 }
 
 /// Asked by the kernel before every write; cached per inode (see `Node::capability`).
@@ -107,6 +110,7 @@ impl SpillwayFs {
         tun: Tunables,
         notifier: Arc<OnceLock<Notifier>>,
         origin: std::path::PathBuf,
+        control: Arc<Control>,
     ) -> SpillwayFs {
         SpillwayFs {
             inst,
@@ -114,6 +118,7 @@ impl SpillwayFs {
             tun,
             notifier,
             origin,
+            control,
         }
     }
 
@@ -1222,6 +1227,22 @@ impl Filesystem for SpillwayFs {
         self.forget_capability(ino(i));
         self.t.stale(ino(i));
         Self::empty(reply, self.inst.remove_xattr(ino(i), n));
+    }
+
+    /// libdatawarp's control channel (control.rs): the caller's uid is the kernel's.
+    fn ioctl(
+        &self,
+        req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        self.control
+            .ioctl(req.uid(), ino(i), cmd, in_data, out_size, reply);
     }
 
     fn create(

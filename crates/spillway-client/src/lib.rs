@@ -9,6 +9,7 @@
 //! * `fs`       — the FUSE operations, each mapped onto the stubs.
 //! * `mount`    — mounting, the kernel connection's settings, and unmount on SIGTERM.
 
+pub mod control;
 pub mod fs;
 pub mod mount;
 pub mod nodes;

@@ -1,8 +1,11 @@
 //! Mounting an instance: check the servers answer, mount with the options POSIX
 //! semantics need, serve until unmounted, and unmount on SIGTERM/SIGINT.
 
+use crate::control::{Control, Rest};
 use crate::fs::SpillwayFs;
 use fuser::{Config, MountOption, Session, SessionACL};
+use spillway_api::config::ClientConfig;
+use spillway_api::ApiClient;
 use spillway_stubs::Instance;
 use spillway_types::{InstanceDescriptor, Tunables, ROOT_INODE};
 use std::path::PathBuf;
@@ -18,6 +21,24 @@ pub struct MountArgs {
     /// Called once the file system is mounted and about to serve (daemonizing parents
     /// wait for this).
     pub ready: Option<Box<dyn FnOnce() + Send>>,
+    /// How to reach the manager for libdatawarp's control channel (`--manager-config`);
+    /// None: the channel answers ENOTSUP.
+    pub manager: Option<ClientConfig>,
+}
+
+/// Longest a control request to the manager may take (a `wait` asks for up to 10 s).
+const MANAGER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The manager's REST API with a fresh MUNGE credential (root's) per request.
+fn manager_client(c: &ClientConfig) -> Result<ApiClient, String> {
+    let munge = spillway_munge::Munge::new(c.munge_socket.clone());
+    ApiClient::new(
+        &c.manager_url,
+        &c.ca_file,
+        Box::new(move || munge.encode(b"").map_err(|e| format!("MUNGE: {e}"))),
+        MANAGER_TIMEOUT,
+    )
+    .map_err(|e| format!("manager {}: {e}", c.manager_url))
 }
 
 /// Mount and serve until unmounted. Returns when the mount is gone.
@@ -25,6 +46,10 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
     let host = hostname();
     let peer_name = format!("{host}:{}", std::process::id());
     let instance = args.descriptor.instance;
+    let manager: Option<Box<dyn Rest>> = match &args.manager {
+        Some(c) => Some(Box::new(manager_client(c)?)),
+        None => None,
+    };
     let inst = Arc::new(Instance::renewing_from(
         args.descriptor,
         &args.origin,
@@ -41,16 +66,20 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
     })?;
 
     let notifier = Arc::new(OnceLock::new());
+    let control = Arc::new(Control::new(inst.clone(), manager).with_notifier(notifier.clone()));
     let fs = SpillwayFs::new(
         inst,
         args.tunables.clone(),
         notifier.clone(),
         args.origin.clone(),
+        control,
     );
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(format!("spillway:{instance}")),
-        MountOption::Subtype("spillway".into()),
+        // As a kernel option: fuser mounts with mount(2) as root and drops its own
+        // Subtype there, and libdatawarp finds mounts by type `fuse.spillway`.
+        MountOption::CUSTOM("subtype=spillway".into()),
         MountOption::DefaultPermissions,
         MountOption::RW,
         MountOption::Dev,

@@ -61,7 +61,10 @@ fn stage(
                 .collect(),
             uid,
             pfs_roots: roots.iter().map(|r| r.display().to_string()).collect(),
-            files_in_flight: 8,
+            files_in_flight: std::env::var("FIF")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(8),
         })
         .expect("stage start");
     let mut events = Vec::new();
@@ -347,4 +350,35 @@ fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
         1000,
     );
     assert_eq!(o.failed(), [("/open", libc::EACCES)]);
+}
+
+#[test]
+fn clients_cannot_ask_for_stage_copies() {
+    let c = Cluster::start(2, 1 << 30, 64 << 10);
+    let a = c.create(ROOT_INODE, "f", FileKind::Regular).unwrap();
+    let e = c
+        .at(0)
+        .call(&spillway_wire::StageStripesReq {
+            ino: a.ino,
+            stripe_size: 65536,
+            stripe_width: 2,
+            size: 5,
+            from: 0,
+            to: 5,
+            direction: stage_dir::IN,
+            pfs_path: "/etc/shadow".into(),
+            pfs_ino: 0,
+            uid: 0,
+            pfs_roots: vec!["/etc".into()],
+        })
+        .unwrap_err();
+    assert_eq!(e.0, libc::EPERM);
+    let e = c
+        .at(1)
+        .call(&spillway_wire::StageSyncReq {
+            direction: stage_dir::OUT,
+            pfs_roots: vec!["/".into()],
+        })
+        .unwrap_err();
+    assert_eq!(e.0, libc::EPERM);
 }

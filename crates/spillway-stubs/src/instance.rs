@@ -549,6 +549,16 @@ impl Instance {
     pub fn stripe_of(&self, layout: &Layout, k: u64) -> ServerIndex {
         layout.server_of(StripeIndex(k))
     }
+
+    /// Every fragment's usage counters (libdatawarp's accounting), in server order.
+    pub fn fragment_stats(&self) -> Result<Vec<FragmentStatsReply>, Errno> {
+        let calls: Vec<_> = self
+            .servers
+            .iter()
+            .map(|s| s.start(&FragmentStatsReq {}, &[]))
+            .collect();
+        calls.into_iter().map(PendingCall::wait).collect()
+    }
 }
 
 #[cfg(test)]

@@ -55,10 +55,6 @@ pub struct Tunables {
     /// range (every server's share of a range at once), so a stage stops within one
     /// range when terminated and no request comes near `rpc_deadline`.
     pub stage_range: u64,
-    /// Files a stage-in makes durable together: their data is fdatasynced file by file
-    /// on the servers, their metadata with one sync per server per batch (group
-    /// commit), and only then do they count as complete.
-    pub stage_sync_batch: usize,
 }
 
 impl Default for Tunables {
@@ -79,7 +75,6 @@ impl Default for Tunables {
             readdir_page: 1024,
             munge_socket: None,
             stage_range: 256 << 20,
-            stage_sync_batch: 64,
         }
     }
 }
@@ -119,7 +114,6 @@ impl Tunables {
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,
                 "munge_socket" => self.munge_socket = Some(std::path::PathBuf::from(v)),
                 "stage_range" => self.stage_range = num()?.clamp(1 << 20, 16 << 30),
-                "stage_sync_batch" => self.stage_sync_batch = (num()? as usize).clamp(1, 65536),
                 _ => return Err(format!("line {}: unknown tunable {k}", n + 1)),
             }
         }

@@ -42,6 +42,9 @@ pub mod setattr {
     pub const ATIME_NOW: u32 = 64;
     pub const MTIME_NOW: u32 = 128;
     pub const CTIME: u32 = 256;
+    /// Data up to `size` was written (a stage-in): the size becomes at least `size`,
+    /// and nothing is cut. Saves the stage a separate ExtendSize.
+    pub const SIZE_WRITTEN: u32 = 512;
 }
 
 /// `RenameReq::flags` (the Linux renameat2 values).
@@ -378,7 +381,7 @@ wire_struct!(
     /// Peer role: copy the stripes of one file that this server holds between its
     /// fragment and the PFS file `pfs_path`, as `uid`; `pfs_ino` is the PFS file's inode
     /// number as the coordinator opened it (a file swapped since is refused). Replies
-    /// once the bytes are checked and the destination fdatasynced.
+    /// once the bytes are checked; durability comes from `StageSyncReq`.
     StageStripesReq {
         ino: InodeNo,
         stripe_size: u32,
@@ -396,6 +399,13 @@ wire_struct!(
         uid: u32,
         pfs_roots: Vec<String>,
     }
+);
+wire_struct!(
+    /// Peer role: make what this server wrote for stages durable (stage-in: `syncfs` of
+    /// the file system under its fragment, which holds stripes and metadata; stage-out:
+    /// `syncfs` of each PFS root). The coordinator sends it to every server of the
+    /// instance before it counts a group of files complete (group commit).
+    StageSyncReq { direction: u8, pfs_roots: Vec<String> }
 );
 wire_struct!(StageStripesReply {
     /// Bytes of the range this server's stripes cover (holes included).
@@ -495,6 +505,7 @@ calls! {
     64 DeleteDataReq -> Empty, true;
     65 StripeInfoReq -> StripeInfoReply, true;
     66 StageStripesReq -> StageStripesReply, true;
+    67 StageSyncReq -> Empty, true;
     70 StageStartReq -> Empty, true;
     71 StageProgressReq -> StageProgressReply, true;
     72 StageCancelReq -> Empty, true;

@@ -128,6 +128,11 @@ impl Fragment {
         }))
     }
 
+    /// The fragment's directory (its file system is what a stage-in syncs).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// True once destroyed or closed: requests then get ESTALE.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)

@@ -14,7 +14,8 @@ const SETATTR_KNOWN: u32 = setattr::MODE
     | setattr::MTIME
     | setattr::ATIME_NOW
     | setattr::MTIME_NOW
-    | setattr::CTIME;
+    | setattr::CTIME
+    | setattr::SIZE_WRITTEN;
 
 /// Apply the `valid` fields of a SetAttr to `a` (the data truncation a smaller size
 /// needs happens before, on every server of the layout). A request with bits this
@@ -37,6 +38,12 @@ fn apply_setattr(a: &mut Attr, req: &SetAttrReq, now: Timespec) -> StoreResult<(
             FileKind::Directory => return Err(fs(Errno::EISDIR)),
             _ => return Err(fs(Errno::EINVAL)),
         }
+    }
+    if v & setattr::SIZE_WRITTEN != 0 {
+        if a.kind != FileKind::Regular {
+            return Err(fs(Errno::EINVAL));
+        }
+        a.size = a.size.max(req.size);
     }
     if v & setattr::MODE != 0 {
         a.mode = req.mode & 0o7777;

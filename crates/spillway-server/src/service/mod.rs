@@ -135,7 +135,10 @@ impl Service for SpillwayService {
                     server_index: fragment.config.index,
                     server_count: fragment.config.count(),
                 };
-                Ok((reply, Session::Instance(InstanceSession::new(fragment))))
+                Ok((
+                    reply,
+                    Session::Instance(InstanceSession::new(fragment, req.role == role::PEER)),
+                ))
             }
             _ => Err(Errno::EINVAL),
         }

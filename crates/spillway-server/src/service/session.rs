@@ -11,16 +11,20 @@ pub enum Session {
     Instance(InstanceSession),
 }
 
-/// A `role::CLIENT` or `role::PEER` session: both may send every instance request.
+/// A `role::CLIENT` or `role::PEER` session: both may send every metadata and data
+/// request; only peers (other servers of the instance, proven by the instance secret)
+/// may ask for stage copies, which act on the PFS as a uid they name.
 pub struct InstanceSession {
     pub fragment: Arc<Fragment>,
+    pub peer: bool,
     opens: Mutex<OpenCounts>,
 }
 
 impl InstanceSession {
-    pub fn new(fragment: Arc<Fragment>) -> InstanceSession {
+    pub fn new(fragment: Arc<Fragment>, peer: bool) -> InstanceSession {
         InstanceSession {
             fragment,
+            peer,
             opens: Mutex::new(OpenCounts::default()),
         }
     }

@@ -2,10 +2,11 @@
 //! make the directories, then copy files `files_in_flight` at a time. For each file the
 //! coordinator opens the source (as the owner), creates or truncates the destination,
 //! and asks every server holding stripes of it to copy its own stripes
-//! (`StageStripesReq`, range by range); then it checks the byte count, sets size,
-//! mode and times, and reports the file. Stage-in metadata is made durable in groups
-//! (one `SyncMeta` per server for up to `stage_sync_batch` files) before those files
-//! count as complete; their data was fdatasynced by the servers that wrote it.
+//! (`StageStripesReq`, range by range, each server's ranges in order and all servers
+//! at once); then it checks the byte count, sets size, mode and times. Files become
+//! durable in groups: one thread has every server of the instance sync what it wrote
+//! (`StageSyncReq`) for all the files copied since its last round, while the workers
+//! go on copying, and only then do those files count as complete (group commit).
 
 use super::identity::Identity;
 use super::ns::{self, may, MAY_EXEC, MAY_READ};
@@ -17,10 +18,11 @@ use spillway_types::descriptor::encode_hex;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, InstanceDescriptor, Timespec, Tunables};
 use spillway_wire::{
     setattr, stage_dir, stage_kind, CreateReq, PendingCall, SetAttrReq, StageStartReq,
-    StageStripesReq, SyncMetaReq,
+    StageStripesReq, StageSyncReq,
 };
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// What the enumeration found: one thing to make or copy.
 enum Item {
@@ -68,10 +70,11 @@ struct Ctx<'a> {
     id: Identity,
     /// Stage-in directories made or found, by instance path.
     dirs: Mutex<HashMap<String, Attr>>,
-    /// Stage-in files copied whose metadata is not yet synced: (path, bytes).
+    /// Files copied but not yet made durable: (path, bytes).
     unsynced: Mutex<Vec<(String, u64)>>,
-    /// Serialises metadata syncs so that a batch is never reported before its sync.
-    syncing: Mutex<()>,
+    /// Rung when a file joins `unsynced`, or when the workers are done.
+    copied: Condvar,
+    workers_done: AtomicBool,
 }
 
 const CANCELLED: i32 = libc::ECANCELED;
@@ -150,9 +153,12 @@ fn execute(run: &Run, frag: &Fragment, req: &StageStartReq, t: &Tunables) -> Res
         id,
         dirs: Mutex::new(HashMap::new()),
         unsynced: Mutex::new(Vec::new()),
-        syncing: Mutex::new(()),
+        copied: Condvar::new(),
+        workers_done: AtomicBool::new(false),
     };
+    let t0 = std::time::Instant::now();
     let items = ctx.enumerate()?;
+    let t_enum = t0.elapsed();
     let files: Vec<String> = items
         .iter()
         .filter_map(|i| i.dw().map(String::from))
@@ -173,11 +179,17 @@ fn execute(run: &Run, frag: &Fragment, req: &StageStartReq, t: &Tunables) -> Res
     let queue = Mutex::new(VecDeque::from(files));
     let workers = (req.files_in_flight as usize).clamp(1, 256);
     std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| ctx.work(&queue));
+        // Group commit: one thread syncs whatever has been copied since its last sync,
+        // while the workers go on copying.
+        s.spawn(|| ctx.syncer());
+        let hs: Vec<_> = (0..workers).map(|_| s.spawn(|| ctx.work(&queue))).collect();
+        for h in hs {
+            let _ = h.join();
         }
+        ctx.workers_done.store(true, Ordering::SeqCst);
+        ctx.copied.notify_all();
     });
-    ctx.sync_batch(true);
+    tracing::debug!(stage = req.stage, enumerate = ?t_enum, total = ?t0.elapsed(), "files staged");
     // Directory modes and times last, deepest first: copying into them changed both.
     if !run.cancelled() {
         for d in dirs.iter().rev() {
@@ -531,36 +543,50 @@ impl Ctx<'_> {
                 Item::Dir { .. } => continue,
             };
             match r {
-                Ok(bytes) if self.inbound() => {
-                    let full = {
-                        let mut u = self.unsynced.lock().unwrap_or_else(|e| e.into_inner());
-                        u.push((dw, bytes));
-                        u.len() >= self.t.stage_sync_batch
-                    };
-                    let idle = queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
-                    if full || idle {
-                        self.sync_batch(false);
-                    }
+                Ok(bytes) => {
+                    self.unsynced
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((dw, bytes));
+                    self.copied.notify_one();
                 }
-                Ok(bytes) => self.run.file_done(dw, bytes),
                 Err(f) if f.errno == CANCELLED && self.run.cancelled() => return,
                 Err(f) => self.run.file_failed(dw, &f),
             }
         }
     }
 
-    /// Make the metadata of copied stage-in files durable on every server, then count
-    /// them complete. With `all`, whatever is left (the end of the stage).
-    fn sync_batch(&self, all: bool) {
-        let _one = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
-        let batch = std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(|e| e.into_inner()));
-        if batch.is_empty() {
-            return;
+    /// Sync what has been copied, again and again, until the workers are done and
+    /// nothing is left.
+    fn syncer(&self) {
+        loop {
+            let batch = {
+                let mut u = self.unsynced.lock().unwrap_or_else(|e| e.into_inner());
+                while u.is_empty() && !self.workers_done.load(Ordering::SeqCst) {
+                    u = self
+                        .copied
+                        .wait_timeout(u, std::time::Duration::from_millis(100))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                if u.is_empty() {
+                    return;
+                }
+                std::mem::take(&mut *u)
+            };
+            self.sync_batch(batch);
         }
-        let _ = all;
+    }
+
+    /// Make the copied files durable on every server, then count them complete.
+    fn sync_batch(&self, batch: Vec<(String, u64)>) {
+        let req = StageSyncReq {
+            direction: self.req.direction,
+            pfs_roots: self.req.pfs_roots.clone(),
+        };
         let calls: Vec<_> = (0..self.inst.count())
             .filter_map(|i| self.inst.server(spillway_types::ServerIndex(i)).ok())
-            .map(|s| s.start(&SyncMetaReq {}, &[]))
+            .map(|s| s.start(&req, &[]))
             .collect();
         let err = calls
             .into_iter()
@@ -570,7 +596,7 @@ impl Ctx<'_> {
             match err {
                 None => self.run.file_done(path, bytes),
                 Some(e) => {
-                    let f = ns::errno_failure(e, &path, "making the metadata durable");
+                    let f = ns::errno_failure(e, &path, "making the copy durable");
                     self.run.file_failed(path, &f);
                 }
             }
@@ -605,7 +631,15 @@ impl Ctx<'_> {
             }
             self.set_size_and_times(&attr, &st, dst)
         });
-        let _ = self.inst.release(attr.ino);
+        // The release is not waited for: nothing depends on its answer, and a release
+        // lost with a broken connection is done by the server when the connection goes.
+        if let Ok(ep) = self.inst.endpoint(attr.ino.home()) {
+            drop(spillway_wire::OwnedCall::start(
+                &ep,
+                &spillway_wire::ReleaseReq { ino: attr.ino },
+                Vec::new(),
+            ));
+        }
         r.map(|()| st.size)
     }
 
@@ -632,11 +666,15 @@ impl Ctx<'_> {
             stripe_width: parent.stripe_width,
             open: true,
         };
-        match self.inst.create(req) {
-            Ok(a) => {
-                let _ = self.inst.touch_dir(parent.ino, 0);
-                Ok(a)
-            }
+        // The directory's times are updated in parallel with the create (as the FUSE
+        // client does): a create that fails changed nothing, the touch is harmless.
+        let touch = self.inst.start_touch_dir(parent.ino, 0);
+        let created = self.inst.create(req);
+        if let Ok(t) = touch {
+            let _ = t.wait();
+        }
+        match created {
+            Ok(a) => Ok(a),
             Err(e) if e == Errno::EEXIST => {
                 let (_, a) = self
                     .inst
@@ -690,29 +728,24 @@ impl Ctx<'_> {
     }
 
     fn set_size_and_times(&self, a: &Attr, st: &PfsStat, dst: &str) -> Result<(), Failure> {
-        if st.size > 0 {
-            self.inst
-                .extend_size(a.ino, st.size, false)
-                .map_err(|e| ns::errno_failure(e, dst, "setting the size"))?;
-        }
         self.inst
             .setattr(SetAttrReq {
                 ino: a.ino,
-                valid: setattr::ATIME | setattr::MTIME,
+                valid: setattr::SIZE_WRITTEN | setattr::ATIME | setattr::MTIME,
                 mode: 0,
                 uid: 0,
                 gid: 0,
-                size: 0,
+                size: st.size,
                 atime: ts(st.atime),
                 mtime: ts(st.mtime),
                 ctime: Timespec::default(),
             })
             .map(|_| ())
-            .map_err(|e| ns::errno_failure(e, dst, "setting the times"))
+            .map_err(|e| ns::errno_failure(e, dst, "setting the size and times"))
     }
 
-    /// Every server's stripes of `[0, size)`, range by range; each range is checked to
-    /// be covered exactly.
+    /// Every server's stripes of `[0, size)`: each server copies its share range by
+    /// range, all servers at once; the bytes they cover must add up to the size.
     fn copy_ranges(
         &self,
         a: &Attr,
@@ -725,22 +758,22 @@ impl Ctx<'_> {
         let layout = self.inst.layout(a);
         let ss = u64::from(layout.stripe_size);
         let range = self.t.stage_range.div_ceil(ss).max(1) * ss;
-        let servers: Vec<_> = layout.servers().collect();
-        let mut from = 0u64;
-        while from < size {
-            if self.run.cancelled() {
-                return Err(Failure::new(CANCELLED, "terminated"));
-            }
-            let to = (from + range).min(size);
-            let mut calls = Vec::new();
-            for &s in &servers {
-                if my_pieces(&layout, s.0, size, from, to).is_empty() {
-                    continue;
+        let servers: Vec<_> = layout
+            .servers()
+            .filter(|s| !my_pieces(&layout, s.0, size, 0, size).is_empty())
+            .collect();
+        let one_server = |s: spillway_types::ServerIndex| -> Result<u64, Failure> {
+            let ep = self
+                .inst
+                .server(s)
+                .map_err(|e| ns::errno_failure(e, shown, "no such server"))?;
+            let mut covered = 0;
+            let mut from = 0u64;
+            while from < size {
+                if self.run.cancelled() {
+                    return Err(Failure::new(CANCELLED, "terminated"));
                 }
-                let ep = self
-                    .inst
-                    .server(s)
-                    .map_err(|e| ns::errno_failure(e, shown, "no such server"))?;
+                let to = (from + range).min(size);
                 let req = StageStripesReq {
                     ino: a.ino,
                     stripe_size: layout.stripe_size,
@@ -754,31 +787,80 @@ impl Ctx<'_> {
                     uid: self.id.uid,
                     pfs_roots: self.req.pfs_roots.clone(),
                 };
-                calls.push((s, ep.start(&req, &[])));
+                let r = ep
+                    .call(&req)
+                    .map_err(|e| self.server_failure(s.0, e, shown, pfs_path))?;
+                covered += r.bytes;
+                self.run.add_bytes(r.bytes);
+                from = to;
             }
-            let mut covered = 0u64;
-            let mut first_err = None;
-            for (s, call) in calls {
-                match call.wait() {
-                    Ok(r) => covered += r.bytes,
-                    Err(e) => {
-                        first_err.get_or_insert((s, e));
-                    }
-                }
-            }
-            if let Some((s, e)) = first_err {
-                return Err(self.server_failure(s.0, e, shown, pfs_path));
-            }
-            if covered != to - from {
-                return Err(Failure::new(
-                    libc::EIO,
-                    format!(
-                        "{shown}: short copy: bytes {from}..{to} of {pfs_path}, the servers covered {covered}"
-                    ),
-                ));
-            }
-            self.run.add_bytes(to - from);
-            from = to;
+            Ok(covered)
+        };
+        let results: Vec<Result<u64, Failure>> = if size <= range {
+            // One request per server: no threads for a small file.
+            let calls: Vec<_> = servers
+                .iter()
+                .map(|&s| {
+                    let req = StageStripesReq {
+                        ino: a.ino,
+                        stripe_size: layout.stripe_size,
+                        stripe_width: layout.width,
+                        size,
+                        from: 0,
+                        to: size,
+                        direction,
+                        pfs_path: pfs_path.to_string(),
+                        pfs_ino,
+                        uid: self.id.uid,
+                        pfs_roots: self.req.pfs_roots.clone(),
+                    };
+                    (s, self.inst.server(s).map(|ep| ep.start(&req, &[])))
+                })
+                .collect();
+            calls
+                .into_iter()
+                .map(|(s, call)| {
+                    let r = call
+                        .and_then(PendingCall::wait)
+                        .map_err(|e| self.server_failure(s.0, e, shown, pfs_path))?;
+                    self.run.add_bytes(r.bytes);
+                    Ok(r.bytes)
+                })
+                .collect()
+        } else {
+            std::thread::scope(|sc| {
+                let hs: Vec<_> = servers
+                    .iter()
+                    .map(|&s| sc.spawn(move || one_server(s)))
+                    .collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Failure::new(
+                                libc::EIO,
+                                format!("{shown}: a copy thread failed"),
+                            ))
+                        })
+                    })
+                    .collect()
+            })
+        };
+        let mut covered = 0u64;
+        // A termination wins over the failures it caused.
+        if let Some(f) = results
+            .iter()
+            .find_map(|r| r.as_ref().err().filter(|f| f.errno == CANCELLED))
+        {
+            return Err(f.clone());
+        }
+        for r in results {
+            covered += r?;
+        }
+        if covered != size {
+            return Err(Failure::new(
+                libc::EIO,
+                format!("{shown}: short copy: the servers covered {covered} of {size} bytes of {pfs_path}"),
+            ));
         }
         Ok(())
     }

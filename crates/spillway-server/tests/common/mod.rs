@@ -101,6 +101,17 @@ impl Node {
         Node::start_on(root, TcpListener::bind("127.0.0.1:0").expect("bind"))
     }
 
+    /// A server with the given tunables (production defaults, for measurements).
+    pub fn start_tuned(root: PathBuf, t: Tunables) -> Node {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let server = start_in_process(&root, listener, t).expect("start server");
+        Node {
+            addr: server.addr(),
+            root,
+            server: Some(server),
+        }
+    }
+
     /// A server on a listener of the caller's choosing (another address family).
     pub fn start_on(root: PathBuf, listener: TcpListener) -> Node {
         let server = start_in_process(&root, listener, tunables()).expect("start server");
@@ -157,9 +168,13 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(n: usize, capacity: u64, stripe_size: u32) -> Cluster {
+        Cluster::start_tuned(n, capacity, stripe_size, tunables())
+    }
+
+    pub fn start_tuned(n: usize, capacity: u64, stripe_size: u32, t: Tunables) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let nodes: Vec<Node> = (0..n)
-            .map(|i| Node::start(dir.path().join(format!("s{i}"))))
+            .map(|i| Node::start_tuned(dir.path().join(format!("s{i}")), t.clone()))
             .collect();
         let peers: Vec<String> = nodes.iter().map(|n| n.addr.to_string()).collect();
         for (i, node) in nodes.iter().enumerate() {
