@@ -13,6 +13,7 @@ use crate::format::{self, Zone};
 use crate::table::Table;
 use serde::Deserialize;
 use spillway_api::model::*;
+pub use spillway_types::errno::errno_name;
 use std::collections::{BTreeMap, HashMap};
 
 /// A resource that has a table.
@@ -320,36 +321,6 @@ pub fn stages(stages: &[Stage]) -> String {
         }
     }
     t.render() + &notes
-}
-
-/// The symbolic name of a (positive) errno, e.g. `EACCES`.
-pub fn errno_name(e: i32) -> String {
-    let n = match e {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::EIO => "EIO",
-        libc::EACCES => "EACCES",
-        libc::EEXIST => "EEXIST",
-        libc::ENOTDIR => "ENOTDIR",
-        libc::EISDIR => "EISDIR",
-        libc::EINVAL => "EINVAL",
-        libc::ENOSPC => "ENOSPC",
-        libc::ENOSYS => "ENOSYS",
-        libc::EBUSY => "EBUSY",
-        libc::ENAMETOOLONG => "ENAMETOOLONG",
-        libc::ELOOP => "ELOOP",
-        libc::EXDEV => "EXDEV",
-        libc::ESTALE => "ESTALE",
-        libc::EFBIG => "EFBIG",
-        libc::EROFS => "EROFS",
-        libc::EDQUOT => "EDQUOT",
-        libc::ETIMEDOUT => "ETIMEDOUT",
-        libc::ECONNREFUSED => "ECONNREFUSED",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::ECANCELED => "ECANCELED",
-        _ => return format!("errno{e}"),
-    };
-    n.to_string()
 }
 
 /// The per-node statuses in one word: the status itself when every node has the same

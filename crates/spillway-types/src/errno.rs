@@ -39,6 +39,37 @@ impl Errno {
     }
 }
 
+/// The symbolic name of a (positive) errno, e.g. `EACCES`, as the command line and
+/// the manager show a failed file; `errno N` for one not listed.
+pub fn errno_name(e: i32) -> String {
+    let n = match e {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::EACCES => "EACCES",
+        libc::EEXIST => "EEXIST",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::ENOSPC => "ENOSPC",
+        libc::ENOSYS => "ENOSYS",
+        libc::EBUSY => "EBUSY",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ELOOP => "ELOOP",
+        libc::EXDEV => "EXDEV",
+        libc::ESTALE => "ESTALE",
+        libc::EFBIG => "EFBIG",
+        libc::EROFS => "EROFS",
+        libc::EDQUOT => "EDQUOT",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::ECANCELED => "ECANCELED",
+        _ => return format!("errno {e}"),
+    };
+    n.to_string()
+}
+
 impl fmt::Display for Errno {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let msg = std::io::Error::from_raw_os_error(self.0);

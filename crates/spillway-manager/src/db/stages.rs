@@ -1300,11 +1300,7 @@ impl Db {
                 [id as i64],
             )?;
         }
-        tx.execute(
-            "UPDATE stages SET live = 0, cancel = 0,
-                 finished = CASE WHEN finished = 0 THEN ?2 ELSE finished END WHERE id = ?1",
-            params![id as i64, t],
-        )?;
+        no_longer_live(&tx, id, t)?;
         tx.commit()?;
         Ok(())
     }
@@ -1340,12 +1336,19 @@ impl Db {
                 [id as i64],
             )?;
         }
-        tx.execute(
-            "UPDATE stages SET live = 0, cancel = 0,
-                 finished = CASE WHEN finished = 0 THEN ?2 ELSE finished END WHERE id = ?1",
-            params![id as i64, now()],
-        )?;
+        no_longer_live(&tx, id, now())?;
         tx.commit()?;
         Ok(())
     }
+}
+
+/// The stage runs nowhere any more: not live, no cancel owed, finished at `t` unless
+/// it already was.
+fn no_longer_live(tx: &rusqlite::Transaction<'_>, id: u64, t: i64) -> DbResult<()> {
+    tx.execute(
+        "UPDATE stages SET live = 0, cancel = 0,
+             finished = CASE WHEN finished = 0 THEN ?2 ELSE finished END WHERE id = ?1",
+        params![id as i64, t],
+    )?;
+    Ok(())
 }

@@ -21,6 +21,7 @@ use crate::db::{Db, FileEvent, FileState, LiveStage, Progress, StageEnd, StartWo
 use crate::reconcile::servers::{hello, Servers};
 use crate::reconcile::{lock, parallel};
 use spillway_api::{StageDirection, StageState, StageType};
+use spillway_types::errno::errno_name;
 use spillway_types::Errno;
 use spillway_wire::{
     file_state, role, stage_dir, stage_kind, stage_state, Endpoint, StageCancelReq, StageForgetReq,
@@ -61,36 +62,6 @@ fn unreachable(e: Errno) -> bool {
 fn describe(e: Errno) -> String {
     let name = errno_name(e.0);
     format!("{name} ({})", std::io::Error::from_raw_os_error(e.0))
-}
-
-/// The symbolic name of an errno the stage engine may answer.
-pub fn errno_name(e: i32) -> String {
-    let n = match e {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::EIO => "EIO",
-        libc::EACCES => "EACCES",
-        libc::EEXIST => "EEXIST",
-        libc::ENOTDIR => "ENOTDIR",
-        libc::EISDIR => "EISDIR",
-        libc::EINVAL => "EINVAL",
-        libc::ENOSPC => "ENOSPC",
-        libc::ENOSYS => "ENOSYS",
-        libc::EBUSY => "EBUSY",
-        libc::ENAMETOOLONG => "ENAMETOOLONG",
-        libc::ELOOP => "ELOOP",
-        libc::EXDEV => "EXDEV",
-        libc::ESTALE => "ESTALE",
-        libc::EFBIG => "EFBIG",
-        libc::EROFS => "EROFS",
-        libc::EDQUOT => "EDQUOT",
-        libc::ETIMEDOUT => "ETIMEDOUT",
-        libc::ECONNREFUSED => "ECONNREFUSED",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::ECANCELED => "ECANCELED",
-        _ => return format!("errno {e}"),
-    };
-    n.to_string()
 }
 
 fn wire_pairs(w: &StartWork) -> Vec<StagePair> {

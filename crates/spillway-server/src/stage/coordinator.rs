@@ -762,6 +762,19 @@ impl Ctx<'_> {
             .servers()
             .filter(|s| !my_pieces(&layout, s.0, size, 0, size).is_empty())
             .collect();
+        let request = |from: u64, to: u64| StageStripesReq {
+            ino: a.ino,
+            stripe_size: layout.stripe_size,
+            stripe_width: layout.width,
+            size,
+            from,
+            to,
+            direction,
+            pfs_path: pfs_path.to_string(),
+            pfs_ino,
+            uid: self.id.uid,
+            pfs_roots: self.req.pfs_roots.clone(),
+        };
         let one_server = |s: spillway_types::ServerIndex| -> Result<u64, Failure> {
             let ep = self
                 .inst
@@ -774,21 +787,8 @@ impl Ctx<'_> {
                     return Err(Failure::new(CANCELLED, "terminated"));
                 }
                 let to = (from + range).min(size);
-                let req = StageStripesReq {
-                    ino: a.ino,
-                    stripe_size: layout.stripe_size,
-                    stripe_width: layout.width,
-                    size,
-                    from,
-                    to,
-                    direction,
-                    pfs_path: pfs_path.to_string(),
-                    pfs_ino,
-                    uid: self.id.uid,
-                    pfs_roots: self.req.pfs_roots.clone(),
-                };
                 let r = ep
-                    .call(&req)
+                    .call(&request(from, to))
                     .map_err(|e| self.server_failure(s.0, e, shown, pfs_path))?;
                 covered += r.bytes;
                 self.run.add_bytes(r.bytes);
@@ -801,19 +801,7 @@ impl Ctx<'_> {
             let calls: Vec<_> = servers
                 .iter()
                 .map(|&s| {
-                    let req = StageStripesReq {
-                        ino: a.ino,
-                        stripe_size: layout.stripe_size,
-                        stripe_width: layout.width,
-                        size,
-                        from: 0,
-                        to: size,
-                        direction,
-                        pfs_path: pfs_path.to_string(),
-                        pfs_ino,
-                        uid: self.id.uid,
-                        pfs_roots: self.req.pfs_roots.clone(),
-                    };
+                    let req = request(0, size);
                     (s, self.inst.server(s).map(|ep| ep.start(&req, &[])))
                 })
                 .collect();

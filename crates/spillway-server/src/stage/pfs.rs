@@ -228,14 +228,7 @@ impl Pfs {
     /// Make a directory (an existing directory is fine).
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<(), Failure> {
         self.beneath(path, |root, rel| {
-            let (parent, name) = split_last(rel, path)?;
-            let pfd = openat2(
-                root,
-                parent,
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                0,
-            )
-            .map_err(|e| describe(e, path, "opening the parent directory"))?;
+            let (pfd, name) = open_parent(root, rel, path)?;
             let name_c = cstr(Path::new(name))?;
             // SAFETY: pfd is open; name_c is one NUL-terminated component.
             let rc = unsafe { libc::mkdirat(pfd.as_raw_fd(), name_c.as_ptr(), mode) };
@@ -260,14 +253,7 @@ impl Pfs {
     /// Make a symlink (replacing an existing symlink or file of that name).
     pub fn symlink(&self, target: &[u8], path: &str) -> Result<(), Failure> {
         self.beneath(path, |root, rel| {
-            let (parent, name) = split_last(rel, path)?;
-            let pfd = openat2(
-                root,
-                parent,
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                0,
-            )
-            .map_err(|e| describe(e, path, "opening the parent directory"))?;
+            let (pfd, name) = open_parent(root, rel, path)?;
             let name_c = cstr(Path::new(name))?;
             let target_c = CString::new(target)
                 .map_err(|_| Failure::new(libc::EINVAL, "a symlink target holds a NUL byte"))?;
@@ -293,14 +279,7 @@ impl Pfs {
     /// The target of a symlink.
     pub fn read_link(&self, path: &str) -> Result<Vec<u8>, Failure> {
         self.beneath(path, |root, rel| {
-            let (parent, name) = split_last(rel, path)?;
-            let pfd = openat2(
-                root,
-                parent,
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                0,
-            )
-            .map_err(|e| describe(e, path, "opening the parent directory"))?;
+            let (pfd, name) = open_parent(root, rel, path)?;
             read_link_at(&pfd, name, path)
         })
     }
@@ -408,12 +387,12 @@ fn openat2(dir: &OwnedFd, rel: &Path, flags: i32, mode: u32) -> Result<OwnedFd, 
     }
 }
 
-fn lstat_beneath(root: &OwnedFd, rel: &Path, shown: &str) -> Result<PfsStat, Failure> {
-    if rel == Path::new(".") {
-        let fd = openat2(root, rel, libc::O_PATH | libc::O_CLOEXEC, 0)
-            .map_err(|e| describe(e, shown, "stat"))?;
-        return fstat(&fd).map_err(|e| describe(e, shown, "stat"));
-    }
+/// The parent directory of `rel` (opened O_PATH beneath the root) and the last name.
+fn open_parent<'a>(
+    root: &OwnedFd,
+    rel: &'a Path,
+    shown: &str,
+) -> Result<(OwnedFd, &'a OsStr), Failure> {
     let (parent, name) = split_last(rel, shown)?;
     let pfd = openat2(
         root,
@@ -422,6 +401,16 @@ fn lstat_beneath(root: &OwnedFd, rel: &Path, shown: &str) -> Result<PfsStat, Fai
         0,
     )
     .map_err(|e| describe(e, shown, "opening the parent directory"))?;
+    Ok((pfd, name))
+}
+
+fn lstat_beneath(root: &OwnedFd, rel: &Path, shown: &str) -> Result<PfsStat, Failure> {
+    if rel == Path::new(".") {
+        let fd = openat2(root, rel, libc::O_PATH | libc::O_CLOEXEC, 0)
+            .map_err(|e| describe(e, shown, "stat"))?;
+        return fstat(&fd).map_err(|e| describe(e, shown, "stat"));
+    }
+    let (pfd, name) = open_parent(root, rel, shown)?;
     fstatat_nofollow(&pfd, name.as_bytes()).map_err(|e| describe(e, shown, "lstat"))
 }
 
