@@ -10,6 +10,7 @@ real processes, HTTPS with the site CA, MUNGE from the session's private munged.
 
 import json
 import os
+import re
 import ssl
 import subprocess
 import time
@@ -102,8 +103,11 @@ class LocalSite:
             h["Authorization"] = f"MUNGE cred={cred if cred is not None else self.cred(as_user)}"
         h.update(headers or {})
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=h)
+        # A long poll (`?wait=N`) may rightly take N seconds to answer.
+        m = re.search(r"[?&]wait=(\d+)", path)
+        timeout = 30 + (int(m.group(1)) if m else 0)
         try:
-            with urllib.request.urlopen(req, context=self._ctx, timeout=30) as r:
+            with urllib.request.urlopen(req, context=self._ctx, timeout=timeout) as r:
                 return r.status, json.loads(r.read() or b"null")
         except urllib.error.HTTPError as e:
             text = e.read()

@@ -5,9 +5,10 @@ servers, agent).
 What needs no copying server: validation, permissions, deferred stage-outs (revoke,
 activate, survive a manager restart), counts and the `?wait=` long polls, concurrency,
 teardown (deferred stage-outs activated first and the fragments held while one is
-pending; `hurry` dropping them, logged). The end-to-end cases (data staged in and out
-and compared, a file the owner may not read failing with errno 13) need the servers'
-stage engine and are skipped while the servers answer ENOSYS."""
+pending; `hurry` dropping them, logged). End to end, with the servers' stage engine:
+data staged in and out and compared, a file the owner may not read failing with
+errno 13, a server killed mid-stage (the stage fails, a retry succeeds), a teardown
+that waits for a running stage-out."""
 
 import json
 import os
@@ -467,8 +468,7 @@ def test_instance_delete_with_hurry(site, pfs):
 # ------------------------------------------------------------------ end to end
 @pytest.fixture(scope="module")
 def engine(site, pfs):
-    if not engine_available(site, pfs):
-        pytest.skip("the servers' stage engine is not on this branch yet (they answer ENOSYS)")
+    assert engine_available(site, pfs), "the servers answer ENOSYS to stage requests"
 
 
 def sha(path):
@@ -604,6 +604,101 @@ def test_teardown_runs_the_deferred_stage_out_before_destroying(site, pfs, engin
     assert sha(os.path.join(d, "out")) == sha(os.path.join(d, "in"))
 
 
+def big_file(path, user, size):
+    """`size` bytes of incompressible data (one random MiB repeated), owned by `user`."""
+    block = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(size >> 20):
+            f.write(block)
+    os.chown(path, user.uid, user.gid)
+
+
+def wait_running(site, stage_id, timeout=60):
+    def running():
+        o = site.api("GET", f"/dw/v1/stages/{stage_id}")
+        assert o["state"] in ("queued", "running"), f"the stage ended before it could be interrupted: {o}"
+        return o["state"] == "running" and o
+    return site.wait(running, f"stage {stage_id} running", timeout=timeout, interval=0.02)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("victim", ["coordinator", "peer"])
+def test_a_server_killed_mid_stage_fails_the_stage_loudly_and_a_retry_succeeds(site, pfs, engine, user, victim):
+    """Two servers hold the instance's stripes. Killing the coordinating server (the
+    manager loses its heartbeats) or the other one (the coordinator's copy requests to
+    it fail) while a 1 GiB file is being staged in ends the stage `failed`, with an
+    error that says what broke; nothing reports complete. With the server back, the
+    same stage runs to completion and the bytes match."""
+    s, i = owned_instance(site, user.uid, capacity=2 * GiB)
+    inst = i["id"]
+    frags = [f["node"] for f in site.api("GET", "/dw/v1/fragments")["fragments"]
+             if f["links"]["instance"] == inst]
+    assert len(frags) == 2, frags
+    d = user_dir(pfs, user, f"killed-{victim}")
+    src = os.path.join(d, "big")
+    big_file(src, user, GiB)
+    try:
+        status, o = stage(site, inst, "in", "file", src, "/big", as_user=user.name)
+        assert status == 201, o
+        running = wait_running(site, o["id"])
+        coordinator = running["server"]
+        assert coordinator in frags, running
+        node = coordinator if victim == "coordinator" else next(n for n in frags if n != coordinator)
+        site.kill(node)
+        try:
+            # A dead peer is given the endpoint's reconnect window (30 s) to come back.
+            o = site.api("GET", f"/dw/v1/stages/{o['id']}?wait=60", as_user=user.name)
+            assert o["state"] == "failed", o
+            assert o["error"] and o["error"]["message"], o
+            if victim == "coordinator":
+                assert node in o["error"]["message"], o
+            assert o["files_done"] == 0, o
+        finally:
+            site.start(node)
+        site.wait(lambda: site.api("GET", f"/dw/v1/nodes/{node}")["online"], f"{node} back online", timeout=30)
+        o = run_stage(site, inst, "in", "file", src, "/big", as_user=user.name)
+        assert o["state"] == "complete", o
+        assert (o["files_done"], o["bytes_done"]) == (1, GiB), o
+        back = os.path.join(d, "back")
+        o = run_stage(site, inst, "out", "file", "/big", back, as_user=user.name)
+        assert o["state"] == "complete", o
+        assert sha(back) == sha(src)
+    finally:
+        destroy(site, s["id"])
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.timeout(600)
+def test_teardown_waits_for_a_running_stage_out_and_the_data_arrives(site, pfs, engine, user):
+    """A job's teardown comes while its stage-out is still copying: the destroy is
+    accepted, the fragments stay until the copy is done, and the PFS file is whole."""
+    s, i = owned_instance(site, user.uid, capacity=2 * GiB)
+    inst = i["id"]
+    d = user_dir(pfs, user, "teardown-running")
+    src = os.path.join(d, "in")
+    big_file(src, user, GiB)
+    try:
+        o = run_stage(site, inst, "in", "file", src, "/result", as_user=user.name)
+        assert o["state"] == "complete", o
+        status, out = stage(site, inst, "out", "file", "/result", os.path.join(d, "out"), as_user=user.name)
+        assert status == 201, out
+        wait_running(site, out["id"])
+        site.api("DELETE", f"/dw/v1/sessions/{s['id']}", as_user=user.name)
+        o = site.api("GET", f"/dw/v1/stages/{out['id']}")
+        if o["state"] == "running":
+            frags = [f for f in site.api("GET", "/dw/v1/fragments")["fragments"]
+                     if f["links"]["instance"] == inst]
+            assert frags and all(f["state"]["goal"] == "create" for f in frags), frags
+        o = site.api("GET", f"/dw/v1/stages/{out['id']}?wait=60")
+        assert o["state"] == "complete", o
+        site.wait_gone("sessions", s["id"], timeout=60)
+        assert sha(os.path.join(d, "out")) == sha(src)
+    finally:
+        site.request("DELETE", f"/dw/v1/sessions/{s['id']}")
+        site.wait_gone("sessions", s["id"], timeout=60)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 # ------------------------------------------------------------------ the command line
 @pytest.fixture(scope="module")
 def dwcli():
@@ -665,8 +760,6 @@ def test_dwcli_stage_commands_and_exit_statuses(site, pfs, dwcli):
         with open(lst, "w") as f:
             f.write("# a list\nl1 /l1\n\n./l2   /l2  # second\n")
         r = tool(site, dwcli, "dwcli", "stage", "in", "--instance", inst, "--list", lst, "--wait", cwd=pfs)
-        if "ENOSYS" in r.stdout:
-            pytest.skip("the servers' stage engine is not on this branch yet")
         assert r.returncode == 0, r
         assert r.stdout.splitlines()[-1].endswith("complete: files 2/2 bytes 6B/6B"), r
         r = tool(site, dwcli, "dwcli", "--json", "stage", "status", "--instance", inst)

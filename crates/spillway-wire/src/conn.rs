@@ -507,13 +507,16 @@ impl Endpoint {
     /// servers in flight at once.
     pub fn start<'a, C: Call>(&'a self, req: &C, bulk: &'a [u8]) -> PendingCall<'a, C> {
         let body = req.to_bytes();
+        // The reconnect window counts from the first attempt: a send that already
+        // spent the window connecting must not get a second one.
+        let started = Instant::now();
         let sent = self.send(C::OP, &body, bulk);
         PendingCall {
             ep: self,
             body,
             bulk,
             sent,
-            started: Instant::now(),
+            started,
             _c: PhantomData,
         }
     }
@@ -584,13 +587,14 @@ impl<C: Call> OwnedCall<C> {
     /// Start `req` with `bulk` on `ep`.
     pub fn start(ep: &Arc<Endpoint>, req: &C, bulk: Vec<u8>) -> OwnedCall<C> {
         let body = req.to_bytes();
+        let started = Instant::now();
         let sent = ep.send(C::OP, &body, &bulk);
         OwnedCall {
             ep: ep.clone(),
             body,
             bulk,
             sent,
-            started: Instant::now(),
+            started,
             _c: PhantomData,
         }
     }
@@ -650,5 +654,43 @@ fn finish<C: Call>(
                 *sent = ep.send(C::OP, body, bulk);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::{HelloReq, ServerStatusReq};
+
+    /// A call to a server that is gone fails once the reconnect window has passed,
+    /// counted from the first attempt: the connecting done by the first send is part
+    /// of the window, not extra to it.
+    #[test]
+    fn a_dead_server_fails_a_call_after_one_reconnect_window() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let hello = HelloReq {
+            version_min: 1,
+            version_max: 1,
+            role: 0,
+            instance: 0,
+            credential: Vec::new(),
+            peer_name: "test".into(),
+        };
+        let window = Duration::from_millis(600);
+        let ep = Endpoint::new(
+            format!("127.0.0.1:{port}"),
+            hello,
+            Duration::from_secs(5),
+            window,
+        );
+        let t = Instant::now();
+        let r = ep.call(&ServerStatusReq {});
+        let took = t.elapsed();
+        assert_eq!(r.err(), Some(Errno::EIO));
+        assert!(took >= window, "{took:?}");
+        assert!(took < window * 2, "two windows: {took:?}");
     }
 }
