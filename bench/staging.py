@@ -117,7 +117,9 @@ def main():
                 f.write(chunk)
         # The files sit in smallset/small: a directory stage of smallset into the
         # instance root makes /small there (a directory stage copies into a directory
-        # that exists, and the root is the one an instance starts with).
+        # that exists, and the root is the one an instance starts with). Each run
+        # renames it first (small0, small1, ...), so every stage-in makes a new
+        # directory, as every cp -a does.
         smallset = os.path.join(pfs, "smallset")
         small = os.path.join(smallset, "small")
         os.makedirs(small)
@@ -144,13 +146,18 @@ def main():
                 raise RuntimeError("the large file came back different")
             os.unlink(out)
 
+            # A fresh destination each time, as cp -a's: the set's directory is renamed
+            # (instantly) so that each stage-in makes a new directory in the instance.
+            fresh = os.path.join(smallset, f"small{rep}")
+            os.rename(small, fresh)
+            small = fresh
             p, ps = cp_a(small, os.path.join(pfs, "cp-small"))
             results["small_cp"].append(p)
             results["small_cps"].append(ps)
             results["small_in"].append(stage(site, inst, "in", "directory", smallset, "/"))
             out = os.path.join(pfs, f"out-small{rep}")
             os.makedirs(out)
-            results["small_out"].append(stage(site, inst, "out", "directory", "/small", out))
+            results["small_out"].append(stage(site, inst, "out", "directory", f"/small{rep}", out))
             if not same_tree(small, out):
                 raise RuntimeError("the small files came back different")
             shutil.rmtree(out)

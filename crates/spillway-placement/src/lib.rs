@@ -53,6 +53,27 @@ pub fn dentry_server(parent: InodeNo, name: &[u8], n: u16) -> ServerIndex {
     ServerIndex(reduce(dentry_hash(parent, name), n))
 }
 
+/// The first inode counter at or after `from` whose inode, homed on server `home`
+/// of `n`, has its first stripe on `home` too (`Layout::server_of(0) == home`).
+///
+/// An allocation policy, not part of the placement function: every inode number is
+/// valid and placed by the formulas whatever counter it has. Servers allocate this
+/// way so that a file's attributes and its first stripe live together: a file of one
+/// stripe is one server's business (created, written, sized and staged there), and
+/// files still start evenly over the servers because their homes do. About `n`
+/// counters are skipped per inode; 48 counter bits leave room for that.
+pub fn counter_starting_at_home(home: ServerIndex, n: u16, from: u64) -> u64 {
+    if home.0 >= n {
+        // Not a server of the instance: no counter qualifies; take the next one.
+        return from;
+    }
+    let mut c = from;
+    while reduce(mix64(InodeNo::compose(home, c).0), n) != home.0 {
+        c += 1;
+    }
+    c
+}
+
 /// How one file's bytes are spread: stripes of `stripe_size` bytes rotating over
 /// `width` consecutive servers (modulo `n`) starting at `start`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +138,32 @@ mod tests {
 
     // Test vectors: these values are the specification. If one of these assertions
     // fails, placement changed and existing instances would lose their files.
+    #[test]
+    fn allocated_counters_start_their_files_at_home() {
+        for n in 1..=5u16 {
+            for home in 0..n {
+                let home = ServerIndex(home);
+                let mut from = 1;
+                let mut seen = 0;
+                for _ in 0..200 {
+                    let c = counter_starting_at_home(home, n, from);
+                    assert!(c >= from);
+                    let ino = InodeNo::compose(home, c);
+                    assert_eq!(Layout::of(ino, 4096, n, n).server_of(StripeIndex(0)), home);
+                    // Nothing in between qualified.
+                    for skipped in from..c {
+                        let l = Layout::of(InodeNo::compose(home, skipped), 4096, n, n);
+                        assert_ne!(l.server_of(StripeIndex(0)), home);
+                    }
+                    seen += c - from + 1;
+                    from = c + 1;
+                }
+                // About n counters per inode, not wildly more.
+                assert!(seen < 200 * u64::from(n) * 2, "n {n} home {home:?}: {seen}");
+            }
+        }
+    }
+
     #[test]
     fn mix64_vectors() {
         assert_eq!(mix64(0), 0xe220_a839_7b1d_cdaf);

@@ -374,6 +374,25 @@ fn clients_cannot_ask_for_stage_copies() {
         .unwrap_err();
     assert_eq!(e.0, libc::EPERM);
     let e = c
+        .at(0)
+        .call(&spillway_wire::StageFilesReq {
+            direction: stage_dir::IN,
+            uid: 0,
+            pfs_roots: vec!["/etc".into()],
+            files: vec![spillway_wire::StageFileSpec {
+                parent: ROOT_INODE,
+                name: b"shadow".to_vec(),
+                gid: 0,
+                stripe_size: 65536,
+                stripe_width: 2,
+                ino: spillway_types::InodeNo(0),
+                pfs_path: "/etc/shadow".into(),
+                shown: "/shadow".into(),
+            }],
+        })
+        .unwrap_err();
+    assert_eq!(e.0, libc::EPERM);
+    let e = c
         .at(1)
         .call(&spillway_wire::StageSyncReq {
             direction: stage_dir::OUT,
@@ -381,4 +400,222 @@ fn clients_cannot_ask_for_stage_copies() {
         })
         .unwrap_err();
     assert_eq!(e.0, libc::EPERM);
+}
+
+/// Files of one stripe go to the server holding their entry in batches
+/// (`StageFilesReq`): each lands with its first stripe on its inode's home, staging in
+/// again replaces them in place (no stale bytes), someone who may not write them is
+/// refused per file, and out they come with bytes, mode and mtime.
+#[test]
+fn small_files_are_staged_by_the_server_holding_them() {
+    let c = Cluster::start(2, 1 << 30, 64 << 10);
+    let pfs = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(pfs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = pfs.path().join("small");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    let write_set = |seed: u8, sizes: &dyn Fn(usize) -> usize| {
+        (0..120)
+            .map(|i| {
+                let rel = if i % 2 == 0 {
+                    format!("f{i}")
+                } else {
+                    format!("sub/f{i}")
+                };
+                let data = pattern(sizes(i), seed.wrapping_add(i as u8));
+                std::fs::write(src.join(&rel), &data).unwrap();
+                std::fs::set_permissions(
+                    src.join(&rel),
+                    std::fs::Permissions::from_mode(0o600 + (i as u32 % 3) * 0o40),
+                )
+                .unwrap();
+                (rel, data)
+            })
+            .collect::<Vec<_>>()
+    };
+    // Up to a whole stripe, and empty files.
+    let files = write_set(1, &|i| (i * 547) % ((64 << 10) + 1));
+    c.create(ROOT_INODE, "in", FileKind::Directory).unwrap();
+    let stage_in = |uid| {
+        stage(
+            &c,
+            &[pfs.path()],
+            stage_dir::IN,
+            stage_kind::DIRECTORY,
+            &[(src.to_str().unwrap(), "/in")],
+            uid,
+        )
+    };
+    let o = stage_in(0);
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert_eq!(o.files_done, 120);
+    assert_eq!(
+        o.bytes_done,
+        files.iter().map(|(_, d)| d.len() as u64).sum::<u64>()
+    );
+    for (rel, data) in &files {
+        let (a, got) = instance_file(&c, &format!("/in/{rel}"));
+        assert!(got == *data, "{rel}");
+        let mode = std::fs::metadata(src.join(rel)).unwrap().mode() & 0o7777;
+        assert_eq!(a.mode & 0o7777, mode, "{rel}");
+        if !data.is_empty() {
+            assert!(
+                !c.stripes_on(a.ino.home().0, a.ino).is_empty(),
+                "{rel}: first stripe on the inode's home"
+            );
+        }
+    }
+
+    // Again, with other (mostly shorter) contents: replaced in place, nothing stale.
+    let again = write_set(9, &|i| (i * 31) % 5000);
+    let before = instance_file(&c, "/in/f2").0.ino;
+    let o = stage_in(0);
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert_eq!(instance_file(&c, "/in/f2").0.ino, before, "the same inode");
+    for (rel, data) in &again {
+        assert!(instance_file(&c, &format!("/in/{rel}")).1 == *data, "{rel}");
+    }
+
+    // nobody may not replace root's files (the directories stay root's, 0755).
+    if unsafe { libc::geteuid() } == 0 {
+        let o = stage_in(65534);
+        assert_eq!(o.state, stage_state::FAILED);
+        assert!(
+            o.failed().iter().all(|(_, e)| *e == libc::EACCES) && !o.failed().is_empty(),
+            "{:?}",
+            o.failed()
+        );
+        for (rel, data) in &again {
+            assert!(
+                instance_file(&c, &format!("/in/{rel}")).1 == *data,
+                "{rel} kept"
+            );
+        }
+    }
+
+    let back = pfs.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::OUT,
+        stage_kind::DIRECTORY,
+        &[("/in", back.to_str().unwrap())],
+        0,
+    );
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    for (rel, data) in &again {
+        assert!(std::fs::read(back.join(rel)).unwrap() == *data, "{rel}");
+        let (a, _) = instance_file(&c, &format!("/in/{rel}"));
+        let m = std::fs::metadata(back.join(rel)).unwrap();
+        assert_eq!(m.mode() & 0o7777, a.mode & 0o7777, "{rel}");
+        assert_eq!(m.mtime(), a.mtime.sec, "{rel}");
+    }
+}
+
+/// `StageFilesReq` itself, as a coordinator sends it: a server stages the files that
+/// are its alone, answers ELSEWHERE (changing nothing) for the rest, and fails the ones
+/// that fail, each on its own.
+#[test]
+fn a_server_stages_alone_only_what_is_its_own() {
+    use spillway_wire::{stage_file_outcome as outcome, StageFileSpec, StageFilesReq};
+    let c = Cluster::start(2, 1 << 30, 64 << 10);
+    let pfs = tempfile::tempdir().unwrap();
+    let small = pattern(40_000, 7);
+    std::fs::write(pfs.path().join("small"), &small).unwrap();
+    std::fs::write(pfs.path().join("big"), pattern(200_000, 8)).unwrap();
+    let p = |n: &str| pfs.path().join(n).display().to_string();
+    // Names whose entries live on server 0, and one on server 1.
+    let names: Vec<String> = (0..)
+        .map(|i| format!("n{i}"))
+        .filter(|n| spillway_placement::dentry_server(ROOT_INODE, n.as_bytes(), 2).0 == 0)
+        .take(3)
+        .collect();
+    let other = (0..)
+        .map(|i| format!("m{i}"))
+        .find(|n| spillway_placement::dentry_server(ROOT_INODE, n.as_bytes(), 2).0 == 1)
+        .unwrap();
+    let spec = |name: &str, src: String| StageFileSpec {
+        parent: ROOT_INODE,
+        name: name.as_bytes().to_vec(),
+        gid: 100,
+        stripe_size: 64 << 10,
+        stripe_width: 2,
+        ino: spillway_types::InodeNo(0),
+        pfs_path: src,
+        shown: format!("/{name}"),
+    };
+    let roots = vec![pfs.path().display().to_string()];
+    let r = c
+        .peer(0)
+        .call(&StageFilesReq {
+            direction: stage_dir::IN,
+            uid: 0,
+            pfs_roots: roots.clone(),
+            files: vec![
+                spec(&names[0], p("small")),
+                spec(&names[1], p("big")),
+                spec(&names[2], p("missing")),
+                spec(&other, p("small")),
+            ],
+        })
+        .unwrap();
+    let got: Vec<(u8, i32, u64)> = r
+        .results
+        .iter()
+        .map(|x| (x.outcome, x.errno, x.bytes))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (outcome::DONE, 0, small.len() as u64),
+            (outcome::ELSEWHERE, 0, 0),
+            (outcome::FAILED, libc::ENOENT, 0),
+            (outcome::ELSEWHERE, 0, 0),
+        ]
+    );
+    assert!(r.results[2].message.contains("missing"));
+    let (a, data) = instance_file(&c, &format!("/{}", names[0]));
+    assert!(data == small);
+    assert_eq!((a.ino.home().0, a.gid), (0, 100));
+    for n in [&names[1], &names[2], &other] {
+        assert_eq!(
+            c.lookup(ROOT_INODE, n).map(|_| ()),
+            Err(spillway_types::Errno::ENOENT),
+            "{n}: nothing made"
+        );
+    }
+
+    // Out: the file homed here is written; one homed elsewhere is not this server's.
+    let out = |ino| StageFileSpec {
+        ino,
+        pfs_path: p("out"),
+        ..spec("", String::new())
+    };
+    let r = c
+        .peer(1)
+        .call(&StageFilesReq {
+            direction: stage_dir::OUT,
+            uid: 0,
+            pfs_roots: roots.clone(),
+            files: vec![out(a.ino)],
+        })
+        .unwrap();
+    assert_eq!(r.results[0].outcome, outcome::ELSEWHERE);
+    assert!(!pfs.path().join("out").exists());
+    let r = c
+        .peer(0)
+        .call(&StageFilesReq {
+            direction: stage_dir::OUT,
+            uid: 0,
+            pfs_roots: roots,
+            files: vec![out(a.ino)],
+        })
+        .unwrap();
+    assert_eq!(
+        r.results[0].outcome,
+        outcome::DONE,
+        "{}",
+        r.results[0].message
+    );
+    assert!(std::fs::read(pfs.path().join("out")).unwrap() == small);
 }

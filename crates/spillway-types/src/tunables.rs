@@ -17,6 +17,9 @@ pub const MAX_SYMLINK_LEN: usize = 4096;
 pub const MAX_XATTR_VALUE_LEN: usize = 65536;
 pub const MAX_XATTR_NAME_LEN: usize = 255;
 
+/// Most files one `StageFilesReq` may carry (a server refuses more with EINVAL).
+pub const MAX_STAGE_BATCH_FILES: usize = 1024;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tunables {
     /// Deadline carried by every RPC. A call not answered by then fails with ETIMEDOUT.
@@ -55,6 +58,10 @@ pub struct Tunables {
     /// range (every server's share of a range at once), so a stage stops within one
     /// range when terminated and no request comes near `rpc_deadline`.
     pub stage_range: u64,
+    /// Small files a stage hands one server in one request (`StageFilesReq`): a file of
+    /// one stripe is created, filled and sized by the server holding it, so a batch
+    /// costs one round trip and a file none of its own.
+    pub stage_batch_files: usize,
 }
 
 impl Default for Tunables {
@@ -75,6 +82,7 @@ impl Default for Tunables {
             readdir_page: 1024,
             munge_socket: None,
             stage_range: 256 << 20,
+            stage_batch_files: 32,
         }
     }
 }
@@ -114,6 +122,9 @@ impl Tunables {
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,
                 "munge_socket" => self.munge_socket = Some(std::path::PathBuf::from(v)),
                 "stage_range" => self.stage_range = num()?.clamp(1 << 20, 16 << 30),
+                "stage_batch_files" => {
+                    self.stage_batch_files = (num()? as usize).clamp(1, MAX_STAGE_BATCH_FILES)
+                }
                 _ => return Err(format!("line {}: unknown tunable {k}", n + 1)),
             }
         }

@@ -407,6 +407,60 @@ wire_struct!(
     /// instance before it counts a group of files complete (group commit).
     StageSyncReq { direction: u8, pfs_roots: Vec<String> }
 );
+/// What became of one file of a `StageFilesReq`.
+pub mod stage_file_outcome {
+    /// Copied and sized (durable after the next `StageSyncReq`); `bytes` copied.
+    pub const DONE: u8 = 0;
+    /// Failed; `errno` and `message` say why.
+    pub const FAILED: u8 = 1;
+    /// Not a file this server can stage alone (several stripes, its first stripe or
+    /// attributes elsewhere, an entry already there that is not simple to replace):
+    /// nothing was changed for it, and the coordinator copies it the long way.
+    pub const ELSEWHERE: u8 = 2;
+}
+wire_struct!(
+    /// One file of a `StageFilesReq`. Stage-in uses `parent`, `name`, `gid` and the
+    /// stripe geometry (the coordinator applied the owner rules, the directory's setgid
+    /// and its geometry; the mode is the source's); stage-out uses `ino`. `pfs_path` is the
+    /// PFS source (in) or destination (out).
+    StageFileSpec {
+        parent: InodeNo,
+        name: Vec<u8>,
+        gid: u32,
+        stripe_size: u32,
+        stripe_width: u16,
+        ino: InodeNo,
+        pfs_path: String,
+        /// The file's path inside the instance, for messages.
+        shown: String,
+    }
+);
+wire_struct!(StageFileResult {
+    /// `stage_file_outcome`.
+    outcome: u8,
+    /// Positive errno of a failed file (0 otherwise).
+    errno: i32,
+    message: String,
+    bytes: u64,
+});
+wire_struct!(
+    /// Peer role: stage whole files that this server can do alone, as `uid`: a file of
+    /// one stripe whose entry (in) or attributes (out) and first stripe live here
+    /// (placement.md: servers allocate inodes so that they do). Stage-in creates the
+    /// entry and inode, fills the stripe from the PFS file, checks the byte count and
+    /// that the source did not change, and sets size, atime and mtime; stage-out writes
+    /// the PFS file (created or truncated, mode and times kept). One result per file,
+    /// in order. Durability comes from `StageSyncReq`, as for `StageStripesReq`.
+    StageFilesReq {
+        direction: u8,
+        uid: u32,
+        pfs_roots: Vec<String>,
+        files: Vec<StageFileSpec>,
+    }
+);
+wire_struct!(StageFilesReply {
+    results: Vec<StageFileResult>
+});
 wire_struct!(StageStripesReply {
     /// Bytes of the range this server's stripes cover (holes included).
     bytes: u64
@@ -506,6 +560,9 @@ calls! {
     65 StripeInfoReq -> StripeInfoReply, true;
     66 StageStripesReq -> StageStripesReply, true;
     67 StageSyncReq -> Empty, true;
+    // Resent after a lost connection, the files made the first time are found and
+    // replaced: the same outcome.
+    68 StageFilesReq -> StageFilesReply, true;
     70 StageStartReq -> Empty, true;
     71 StageProgressReq -> StageProgressReply, true;
     72 StageCancelReq -> Empty, true;

@@ -1,6 +1,6 @@
 //! Attributes of inodes homed on this server.
 
-use crate::error::{fs, StoreResult};
+use crate::error::{fs, StoreError, StoreResult};
 use crate::meta::{rows, MetaStore};
 use spillway_types::tunables::MAX_STRIPE_SIZE;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec};
@@ -88,6 +88,29 @@ impl MetaStore {
             apply_setattr(&mut a, req, Timespec::now())?;
             rows::update_inode(tx, &a)?;
             Ok(a)
+        })
+    }
+
+    /// Many setattrs in one transaction (see `create_many`).
+    pub fn set_attr_many(&self, reqs: &[SetAttrReq]) -> StoreResult<Vec<StoreResult<Attr>>> {
+        self.txn(|tx| {
+            let now = Timespec::now();
+            reqs.iter()
+                .map(|req| {
+                    let r = rows::get_inode(tx, req.ino)
+                        .and_then(|a| a.ok_or(fs(Errno::ENOENT)))
+                        .and_then(|mut a| {
+                            apply_setattr(&mut a, req, now)?;
+                            rows::update_inode(tx, &a)?;
+                            Ok(a)
+                        });
+                    match r {
+                        Err(e @ StoreError::Fs(_)) => Ok(Err(e)),
+                        Err(e) => Err(e),
+                        Ok(a) => Ok(Ok(a)),
+                    }
+                })
+                .collect()
         })
     }
 

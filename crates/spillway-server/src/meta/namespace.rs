@@ -3,9 +3,10 @@
 //! servers (a directory's emptiness, a rename across servers) the client composes from
 //! these steps and the seal.
 
-use crate::error::{fs, StoreResult};
+use crate::error::{fs, StoreError, StoreResult};
 use crate::meta::{rows, MetaStore};
 use crate::names::{check_name, check_symlink_target};
+use rusqlite::Transaction;
 use spillway_types::ids::INODE_COUNTER_BITS;
 use spillway_types::tunables::MAX_STRIPE_SIZE;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, ServerIndex, Timespec};
@@ -46,70 +47,29 @@ impl MetaStore {
 
     /// Create an inode homed here and its entry, in one transaction.
     pub fn create(&self, req: &CreateReq, home: Home) -> StoreResult<Attr> {
-        check_name(&req.name)?;
-        let target: &[u8] = if req.kind == FileKind::Symlink {
-            &req.target
-        } else {
-            &[]
-        };
-        check_symlink_target(target)?;
-        let stripe_size = if req.stripe_size == 0 {
-            home.default_stripe_size
-        } else {
-            req.stripe_size
-        };
-        if stripe_size == 0 || !stripe_size.is_multiple_of(4096) || stripe_size > MAX_STRIPE_SIZE {
-            return Err(fs(Errno::EINVAL));
-        }
-        let count = home.count.max(1);
-        let stripe_width = if req.stripe_width == 0 {
-            count
-        } else {
-            req.stripe_width.min(count)
-        };
+        let checked = checked_create(req, &home)?;
+        self.txn(|tx| create_in(tx, req, &home, checked))
+    }
+
+    /// Many creates in one transaction (a batch of staged files: one commit instead of
+    /// one per file). Each create answers for itself; a protocol outcome (EEXIST,
+    /// ENOENT, ...) of one does not stop the others, a database failure stops all.
+    pub fn create_many(
+        &self,
+        reqs: &[CreateReq],
+        home: Home,
+    ) -> StoreResult<Vec<StoreResult<Attr>>> {
         self.txn(|tx| {
-            if rows::is_sealed(tx, req.parent)? {
-                return Err(fs(Errno::ENOENT));
-            }
-            if rows::get_entry(tx, req.parent, &req.name)?.is_some() {
-                return Err(fs(Errno::EEXIST));
-            }
-            let counter = rows::next_counter(tx)?;
-            if counter >= 1 << INODE_COUNTER_BITS {
-                // Inode numbers of this server are used up; nothing more can be created.
-                return Err(fs(Errno::ENOSPC));
-            }
-            let now = Timespec::now();
-            let attr = Attr {
-                ino: InodeNo::compose(home.index, counter),
-                kind: req.kind,
-                mode: req.mode & 0o7777,
-                nlink: if req.kind == FileKind::Directory {
-                    2
-                } else {
-                    1
-                },
-                uid: req.uid,
-                gid: req.gid,
-                rdev: req.rdev,
-                size: target.len() as u64,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                stripe_size,
-                stripe_width,
-            };
-            rows::insert_inode(tx, &attr, target)?;
-            rows::put_entry(
-                tx,
-                req.parent,
-                &req.name,
-                &EntryRef {
-                    ino: attr.ino,
-                    kind: attr.kind,
-                },
-            )?;
-            Ok(attr)
+            reqs.iter()
+                .map(|req| {
+                    let r = checked_create(req, &home).and_then(|c| create_in(tx, req, &home, c));
+                    match r {
+                        Err(e @ StoreError::Fs(_)) => Ok(Err(e)),
+                        Err(e) => Err(e),
+                        Ok(a) => Ok(Ok(a)),
+                    }
+                })
+                .collect()
         })
     }
 
@@ -248,4 +208,85 @@ impl MetaStore {
             Ok(())
         })
     }
+}
+
+/// What a create's request alone decides: (symlink target, stripe size, stripe width).
+fn checked_create<'r>(req: &'r CreateReq, home: &Home) -> StoreResult<(&'r [u8], u32, u16)> {
+    check_name(&req.name)?;
+    let target: &[u8] = if req.kind == FileKind::Symlink {
+        &req.target
+    } else {
+        &[]
+    };
+    check_symlink_target(target)?;
+    let stripe_size = if req.stripe_size == 0 {
+        home.default_stripe_size
+    } else {
+        req.stripe_size
+    };
+    if stripe_size == 0 || !stripe_size.is_multiple_of(4096) || stripe_size > MAX_STRIPE_SIZE {
+        return Err(fs(Errno::EINVAL));
+    }
+    let count = home.count.max(1);
+    let stripe_width = if req.stripe_width == 0 {
+        count
+    } else {
+        req.stripe_width.min(count)
+    };
+    Ok((target, stripe_size, stripe_width))
+}
+
+/// The create itself, inside the caller's transaction. Protocol outcomes are found
+/// before anything is written.
+fn create_in(
+    tx: &Transaction<'_>,
+    req: &CreateReq,
+    home: &Home,
+    (target, stripe_size, stripe_width): (&[u8], u32, u16),
+) -> StoreResult<Attr> {
+    let count = home.count.max(1);
+    if rows::is_sealed(tx, req.parent)? {
+        return Err(fs(Errno::ENOENT));
+    }
+    if rows::get_entry(tx, req.parent, &req.name)?.is_some() {
+        return Err(fs(Errno::EEXIST));
+    }
+    let counter = rows::next_counter(tx, |from| {
+        spillway_placement::counter_starting_at_home(home.index, count, from)
+    })?;
+    if counter >= 1 << INODE_COUNTER_BITS {
+        // Inode numbers of this server are used up; nothing more can be created.
+        return Err(fs(Errno::ENOSPC));
+    }
+    let now = Timespec::now();
+    let attr = Attr {
+        ino: InodeNo::compose(home.index, counter),
+        kind: req.kind,
+        mode: req.mode & 0o7777,
+        nlink: if req.kind == FileKind::Directory {
+            2
+        } else {
+            1
+        },
+        uid: req.uid,
+        gid: req.gid,
+        rdev: req.rdev,
+        size: target.len() as u64,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        stripe_size,
+        stripe_width,
+    };
+    rows::insert_inode(tx, &attr, target)?;
+    rows::put_entry(
+        tx,
+        req.parent,
+        &req.name,
+        &EntryRef {
+            ino: attr.ino,
+            kind: attr.kind,
+        },
+    )?;
+    Ok(attr)
 }

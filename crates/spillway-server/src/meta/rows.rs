@@ -247,13 +247,16 @@ pub fn is_sealed(c: &Connection, dir: InodeNo) -> StoreResult<bool> {
 }
 
 /// Take the next inode counter value of this server.
-pub fn next_counter(c: &Connection) -> StoreResult<u64> {
+/// Take the next inode counter: the one `pick` chooses at or after the stored next
+/// counter (skipped counters are never used).
+pub fn next_counter(c: &Connection, pick: impl Fn(u64) -> u64) -> StoreResult<u64> {
     let v: i64 = c
         .prepare_cached("SELECT value FROM meta WHERE key = 'next_inode'")?
         .query_row([], |r| r.get(0))
         .optional()?
         .ok_or_else(|| StoreError::Corrupt("meta.next_inode missing".into()))?;
+    let chosen = pick(from_sql_u64(v));
     c.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'next_inode'")?
-        .execute(params![v.wrapping_add(1)])?;
-    Ok(from_sql_u64(v))
+        .execute(params![sql_u64(chosen).wrapping_add(1)])?;
+    Ok(chosen)
 }

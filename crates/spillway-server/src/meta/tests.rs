@@ -63,7 +63,14 @@ fn root_inode_is_created() {
 fn create_lookup_and_errnos() {
     let (_d, m) = store();
     let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
-    assert_eq!(a.ino, InodeNo::compose(ServerIndex(0), 2));
+    // The first counter from 2 whose file starts on this server (placement.md).
+    let c = spillway_placement::counter_starting_at_home(ServerIndex(0), 2, 2);
+    assert_eq!(a.ino, InodeNo::compose(ServerIndex(0), c));
+    let layout = spillway_placement::Layout::of(a.ino, a.stripe_size, a.stripe_width, 2);
+    assert_eq!(
+        layout.server_of(spillway_types::StripeIndex(0)),
+        ServerIndex(0)
+    );
     assert_eq!(
         (a.mode, a.nlink, a.size, a.stripe_size, a.stripe_width),
         (0o644, 1, 0, 1 << 20, 2)

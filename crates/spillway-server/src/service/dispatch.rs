@@ -148,9 +148,12 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
         }),
         // A client holding a capability must not make the server touch the PFS as
         // someone: stage copies are for the instance's own servers.
-        Request::StageStripesReq(_) | Request::StageSyncReq(_) if !s.peer => {
+        Request::StageStripesReq(_) | Request::StageSyncReq(_) | Request::StageFilesReq(_)
+            if !s.peer =>
+        {
             return Err(fs(Errno::EPERM));
         }
+        Request::StageFilesReq(r) => Reply::of(&crate::stage::files::files(f, &r)?),
         Request::StageStripesReq(r) => Reply::of(&crate::stage::copy::stripes(f, &r)?),
         Request::StageSyncReq(r) => crate::stage::copy::sync(f, &r).map(|()| empty())?,
     })

@@ -15,12 +15,15 @@ use super::{copy::my_pieces, Failure, Run};
 use crate::fragment::Fragment;
 use spillway_stubs::Instance;
 use spillway_types::descriptor::encode_hex;
-use spillway_types::{Attr, Errno, FileKind, InodeNo, InstanceDescriptor, Timespec, Tunables};
-use spillway_wire::{
-    setattr, stage_dir, stage_kind, CreateReq, PendingCall, SetAttrReq, StageStartReq,
-    StageStripesReq, StageSyncReq,
+use spillway_types::tunables::MAX_STAGE_BATCH_FILES;
+use spillway_types::{
+    Attr, Errno, FileKind, InodeNo, InstanceDescriptor, ServerIndex, Timespec, Tunables,
 };
-use std::collections::{HashMap, VecDeque};
+use spillway_wire::{
+    setattr, stage_dir, stage_file_outcome, stage_kind, CreateReq, PendingCall, SetAttrReq,
+    StageFileSpec, StageFilesReq, StageStartReq, StageStripesReq, StageSyncReq,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -50,13 +53,19 @@ enum Item {
     },
     /// Found, but cannot be staged (fails as a file, not silently skipped).
     Bad { dw: String, failure: Failure },
+    /// Small files for one server to stage alone (`StageFilesReq`), each with the
+    /// item to copy the long way if that server answers ELSEWHERE.
+    Batch {
+        server: ServerIndex,
+        files: Vec<(StageFileSpec, Item)>,
+    },
 }
 
 impl Item {
     fn dw(&self) -> Option<&str> {
         match self {
             Item::File { dw, .. } | Item::Symlink { dw, .. } | Item::Bad { dw, .. } => Some(dw),
-            Item::Dir { .. } => None,
+            Item::Dir { .. } | Item::Batch { .. } => None,
         }
     }
 }
@@ -176,9 +185,10 @@ fn execute(run: &Run, frag: &Fragment, req: &StageStartReq, t: &Tunables) -> Res
         }
         ctx.make_dir(d)?;
     }
-    let queue = Mutex::new(VecDeque::from(files));
+    let t_dirs = t0.elapsed();
+    let queue = Mutex::new(VecDeque::from(ctx.batch(files)));
     let workers = (req.files_in_flight as usize).clamp(1, 256);
-    std::thread::scope(|s| {
+    let t_copied = std::thread::scope(|s| {
         // Group commit: one thread syncs whatever has been copied since its last sync,
         // while the workers go on copying.
         s.spawn(|| ctx.syncer());
@@ -186,10 +196,21 @@ fn execute(run: &Run, frag: &Fragment, req: &StageStartReq, t: &Tunables) -> Res
         for h in hs {
             let _ = h.join();
         }
+        let copied = t0.elapsed();
         ctx.workers_done.store(true, Ordering::SeqCst);
         ctx.copied.notify_all();
+        copied
     });
-    tracing::debug!(stage = req.stage, enumerate = ?t_enum, total = ?t0.elapsed(), "files staged");
+    // Where the time went (from the start: enumerated, directories made, files copied,
+    // all durable), for whoever tunes a site.
+    tracing::info!(
+        stage = req.stage,
+        enumerated = ?t_enum,
+        dirs = ?t_dirs,
+        copied = ?t_copied,
+        durable = ?t0.elapsed(),
+        "files staged"
+    );
     // Directory modes and times last, deepest first: copying into them changed both.
     if !run.cancelled() {
         for d in dirs.iter().rev() {
@@ -519,39 +540,207 @@ impl Ctx<'_> {
                 return;
             }
             let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-            let Some(item) = next else { return };
-            let (dw, r) = match item {
-                Item::File {
-                    src, dst, dw, ino, ..
-                } => {
-                    let r = if self.inbound() {
-                        self.file_in(&src, &dst)
-                    } else {
-                        self.file_out(&src, &dst, ino)
-                    };
-                    (dw, r)
+            match next {
+                None => return,
+                Some(Item::Batch { server, files }) => self.run_batch(server, files),
+                Some(item) => self.one(item),
+            }
+        }
+    }
+
+    /// Copy one item the long way and record the outcome.
+    fn one(&self, item: Item) {
+        let (dw, r) = match item {
+            Item::File {
+                src, dst, dw, ino, ..
+            } => {
+                let r = if self.inbound() {
+                    self.file_in(&src, &dst)
+                } else {
+                    self.file_out(&src, &dst, ino)
+                };
+                (dw, r)
+            }
+            Item::Symlink { src, dst, dw, ino } => {
+                let r = if self.inbound() {
+                    self.symlink_in(&src, &dst)
+                } else {
+                    self.symlink_out(&src, &dst, ino)
+                };
+                (dw, r)
+            }
+            Item::Bad { dw, failure } => (dw, Err(failure)),
+            Item::Batch { server, files } => return self.run_batch(server, files),
+            Item::Dir { .. } => return,
+        };
+        match r {
+            Ok(bytes) => self.copied_file(dw, bytes),
+            Err(f) if f.errno == CANCELLED && self.run.cancelled() => {}
+            Err(f) => self.run.file_failed(dw, &f),
+        }
+    }
+
+    /// A file is copied: it counts complete once the next group sync is done.
+    fn copied_file(&self, dw: String, bytes: u64) {
+        self.unsynced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((dw, bytes));
+        self.copied.notify_one();
+    }
+
+    // ------------------------------------------------------------------ batches
+    /// Hand the files a single server can stage alone to that server in batches
+    /// (`StageFilesReq`, files.rs), the servers' batches interleaved so that all work
+    /// from the start; everything else follows, one item at a time.
+    fn batch(&self, items: Vec<Item>) -> Vec<Item> {
+        let per = self.t.stage_batch_files.clamp(1, MAX_STAGE_BATCH_FILES);
+        let mut groups: BTreeMap<u16, Vec<(StageFileSpec, Item)>> = BTreeMap::new();
+        let mut rest = Vec::new();
+        for item in items {
+            match self.batch_spec(&item) {
+                Some((server, spec)) => groups.entry(server.0).or_default().push((spec, item)),
+                None => rest.push(item),
+            }
+        }
+        let mut chunks: Vec<VecDeque<Item>> = groups
+            .into_iter()
+            .map(|(server, files)| {
+                let mut out = VecDeque::new();
+                let mut files = files.into_iter().peekable();
+                while files.peek().is_some() {
+                    out.push_back(Item::Batch {
+                        server: ServerIndex(server),
+                        files: files.by_ref().take(per).collect(),
+                    });
                 }
-                Item::Symlink { src, dst, dw, ino } => {
-                    let r = if self.inbound() {
-                        self.symlink_in(&src, &dst)
-                    } else {
-                        self.symlink_out(&src, &dst, ino)
-                    };
-                    (dw, r)
+                out
+            })
+            .collect();
+        let mut out = Vec::new();
+        while chunks.iter().any(|c| !c.is_empty()) {
+            for c in chunks.iter_mut() {
+                out.extend(c.pop_front());
+            }
+        }
+        out.extend(rest);
+        out
+    }
+
+    /// Which server could stage this file alone, and what to tell it: stage-in, the
+    /// server of the new entry (a file no bigger than a stripe, as far as the walk
+    /// saw); stage-out, the inode's home (the walk found the inode). `None`: the long
+    /// way (including whenever the answer needs a lookup that may fail: the long way
+    /// reports it).
+    fn batch_spec(&self, item: &Item) -> Option<(ServerIndex, StageFileSpec)> {
+        let Item::File {
+            src,
+            dst,
+            dw,
+            ino,
+            size,
+        } = item
+        else {
+            return None;
+        };
+        if self.inbound() {
+            let parent = self.parent_dir(dst).ok()?;
+            if size.is_some_and(|n| parent.stripe_size != 0 && n > u64::from(parent.stripe_size)) {
+                return None;
+            }
+            let name = base_of(dst);
+            if name.is_empty() {
+                return None;
+            }
+            let (gid, _) = ns::new_owner(&parent, &self.id, FileKind::Regular, 0);
+            let server = self.inst.dentry_home(parent.ino, name.as_bytes());
+            Some((
+                server,
+                StageFileSpec {
+                    parent: parent.ino,
+                    name: name.as_bytes().to_vec(),
+                    gid,
+                    stripe_size: parent.stripe_size,
+                    stripe_width: parent.stripe_width,
+                    ino: InodeNo(0),
+                    pfs_path: src.clone(),
+                    shown: dw.clone(),
+                },
+            ))
+        } else {
+            let ino = (*ino)?;
+            Some((
+                ino.home(),
+                StageFileSpec {
+                    parent: InodeNo(0),
+                    name: Vec::new(),
+                    gid: 0,
+                    stripe_size: 0,
+                    stripe_width: 0,
+                    ino,
+                    pfs_path: dst.clone(),
+                    shown: dw.clone(),
+                },
+            ))
+        }
+    }
+
+    /// One batch: the server's answer per file; what it leaves goes the long way.
+    fn run_batch(&self, server: ServerIndex, files: Vec<(StageFileSpec, Item)>) {
+        let (specs, items): (Vec<StageFileSpec>, Vec<Item>) = files.into_iter().unzip();
+        let parents: BTreeSet<InodeNo> = specs.iter().map(|s| s.parent).collect();
+        let req = StageFilesReq {
+            direction: self.req.direction,
+            uid: self.id.uid,
+            pfs_roots: self.req.pfs_roots.clone(),
+            files: specs,
+        };
+        let reply = self
+            .inst
+            .server(server)
+            .and_then(|ep| ep.call(&req))
+            .and_then(|r| {
+                if r.results.len() == items.len() {
+                    Ok(r.results)
+                } else {
+                    Err(Errno::EPROTO)
                 }
-                Item::Bad { dw, failure } => (dw, Err(failure)),
-                Item::Dir { .. } => continue,
-            };
-            match r {
-                Ok(bytes) => {
-                    self.unsynced
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push((dw, bytes));
-                    self.copied.notify_one();
+            });
+        let results = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                for (spec, item) in req.files.iter().zip(items) {
+                    if let Some(dw) = item.dw() {
+                        let f = self.server_failure(server.0, e, dw, &spec.pfs_path);
+                        self.run.file_failed(dw.to_string(), &f);
+                    }
                 }
-                Err(f) if f.errno == CANCELLED && self.run.cancelled() => return,
-                Err(f) => self.run.file_failed(dw, &f),
+                return;
+            }
+        };
+        let mut created = false;
+        for (res, item) in results.into_iter().zip(items) {
+            match res.outcome {
+                stage_file_outcome::DONE => {
+                    created = true;
+                    self.run.add_bytes(res.bytes);
+                    if let Some(dw) = item.dw() {
+                        self.copied_file(dw.to_string(), res.bytes);
+                    }
+                }
+                stage_file_outcome::FAILED => {
+                    if let Some(dw) = item.dw() {
+                        let f = Failure::new(res.errno, res.message);
+                        self.run.file_failed(dw.to_string(), &f);
+                    }
+                }
+                _ => self.one(item),
+            }
+        }
+        // The directories' times change with their new entries (as for one create).
+        if created && self.inbound() {
+            for p in parents {
+                let _ = self.inst.touch_dir(p, 0);
             }
         }
     }
@@ -909,10 +1098,10 @@ impl Ctx<'_> {
             .map_err(|e| ns::errno_failure(Errno::from_io(&e), dst, "setting the size"))?;
         let pst = fstat(&file).map_err(|e| ns::errno_failure(Errno(e), dst, "fstat"))?;
         self.copy_ranges(&a, a.size, dst, pst.ino, src, stage_dir::OUT)?;
+        // Durable with the group's StageSync (syncfs of the PFS on every server of
+        // the instance, this one included), not by an fsync per file.
         self.pfs
             .set_file_attrs(&file, dst, a.mode, a.atime, a.mtime)?;
-        file.sync_all()
-            .map_err(|e| ns::errno_failure(Errno::from_io(&e), dst, "fsync"))?;
         Ok(a.size)
     }
 

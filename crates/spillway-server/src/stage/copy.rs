@@ -60,7 +60,7 @@ pub fn my_pieces(
 
 /// Who uid N is, looked up at most once a minute (a stage of 5,000 small files asks
 /// 5,000 times).
-fn identity(uid: u32) -> Result<Identity, Errno> {
+pub(super) fn identity(uid: u32) -> Result<Identity, Errno> {
     static CACHE: Mutex<Option<HashMap<u32, (Instant, Identity)>>> = Mutex::new(None);
     const TTL: Duration = Duration::from_secs(60);
     let mut g = CACHE.lock().unwrap_or_else(|e| e.into_inner());

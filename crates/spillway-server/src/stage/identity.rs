@@ -8,8 +8,15 @@
 //! check on the PFS is the owner's, exactly as if the owner had made the call. The
 //! server's other threads keep running as root meanwhile.
 
+use std::cell::RefCell;
 use std::ffi::CStr;
 use std::io;
+
+thread_local! {
+    /// The identity this thread wears inside `as_identity`: a nested call for the same
+    /// identity (a batch of PFS operations wrapped once) switches nothing.
+    static WORN: RefCell<Option<Identity>> = const { RefCell::new(None) };
+}
 
 /// Who a stage runs as.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,10 +126,13 @@ struct Worn {
     fsuid: u32,
     fsgid: u32,
     groups: Vec<u32>,
+    /// What `WORN` said before (an outer `as_identity` of another identity).
+    outer: Option<Identity>,
 }
 
 impl Drop for Worn {
     fn drop(&mut self) {
+        WORN.with(|w| *w.borrow_mut() = self.outer.take());
         // Order: uid first, so the capabilities needed to set the rest come back.
         sys_setfsuid(self.fsuid);
         sys_setfsgid(self.fsgid);
@@ -141,12 +151,16 @@ impl Drop for Worn {
 /// Run `f` on this thread as `id` (filesystem uid, gid and groups), then switch back.
 /// Fails without running `f` if the identity cannot be taken on completely.
 pub fn as_identity<T>(id: &Identity, f: impl FnOnce() -> T) -> io::Result<T> {
+    if WORN.with(|w| w.borrow().as_ref() == Some(id)) {
+        return Ok(f());
+    }
     let groups = thread_groups()?;
     // `setfsuid(-1)` changes nothing and returns the current value.
     let worn = Worn {
         fsuid: sys_setfsuid(u32::MAX),
         fsgid: sys_setfsgid(u32::MAX),
         groups,
+        outer: WORN.with(|w| w.borrow().clone()),
     };
     sys_setgroups(&id.groups)?;
     sys_setfsgid(id.gid);
@@ -157,6 +171,7 @@ pub fn as_identity<T>(id: &Identity, f: impl FnOnce() -> T) -> io::Result<T> {
             format!("cannot take on uid {} gid {}", id.uid, id.gid),
         ));
     }
+    WORN.with(|w| *w.borrow_mut() = Some(id.clone()));
     let out = f();
     drop(worn);
     Ok(out)
@@ -218,5 +233,33 @@ mod tests {
         );
         assert!(std::fs::read(&secret).is_ok(), "this thread is root again");
         assert_eq!(sys_setfsuid(u32::MAX), 0);
+    }
+
+    #[test]
+    fn nested_identities_switch_only_when_different_and_unwind_in_order() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let nobody = Identity {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534],
+        };
+        let other = Identity {
+            uid: 4242,
+            gid: 4242,
+            groups: vec![4242],
+        };
+        let seen = as_identity(&nobody, || {
+            let same = as_identity(&nobody, || sys_setfsuid(u32::MAX)).unwrap();
+            let inner = as_identity(&other, || sys_setfsuid(u32::MAX)).unwrap();
+            // Back to the outer identity, and nesting it again still works.
+            let after = as_identity(&nobody, || sys_setfsuid(u32::MAX)).unwrap();
+            (same, inner, after, sys_setfsuid(u32::MAX))
+        })
+        .unwrap();
+        assert_eq!(seen, (65534, 4242, 65534, 65534));
+        assert_eq!(sys_setfsuid(u32::MAX), 0);
+        assert!(WORN.with(|w| w.borrow().is_none()));
     }
 }

@@ -5,6 +5,7 @@
 //! * `pfs`         — PFS paths: only under the configured roots, only as the owner.
 //! * `ns`          — the instance's namespace as the owner may see it (permission checks).
 //! * `copy`        — one server's share of one file: its stripes to or from the PFS.
+//! * `files`       — whole small files one server stages alone, many per request.
 //! * `coordinator` — a whole stage: enumerate, create names, hand files to the servers
 //!   holding their stripes, group-commit metadata, report per file.
 //!
@@ -14,6 +15,7 @@
 
 mod coordinator;
 pub mod copy;
+pub mod files;
 pub mod identity;
 mod ns;
 pub mod pfs;

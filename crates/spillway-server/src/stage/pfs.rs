@@ -157,6 +157,18 @@ impl Pfs {
         })?
     }
 
+    /// Run `f` as the owner: the PFS operations inside it switch identity no more (one
+    /// switch for a batch of files instead of one per operation). Nothing but PFS
+    /// operations belongs inside: the server's own files must not be made as the owner.
+    pub fn as_owner<T>(&self, f: impl FnOnce() -> T) -> Result<T, Failure> {
+        as_identity(&self.id, f).map_err(|e| {
+            Failure::new(
+                libc::EPERM,
+                format!("cannot take on uid {}: {e}", self.id.uid),
+            )
+        })
+    }
+
     /// `openat2` beneath the root, as the owner.
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<File, Failure> {
         self.beneath(path, |root, rel| {

@@ -222,6 +222,16 @@ impl Cluster {
         &self.clients[usize::from(i)]
     }
 
+    /// A fresh connection to server `i` in the peer role (as another server of the
+    /// instance: it presents the instance secret).
+    #[allow(dead_code)]
+    pub fn peer(&self, i: u16) -> Endpoint {
+        endpoint(
+            self.nodes[usize::from(i)].addr,
+            hello(role::PEER, INSTANCE, SECRET),
+        )
+    }
+
     pub fn entry_server(&self, parent: InodeNo, name: &[u8]) -> &Endpoint {
         self.at(dentry_server(parent, name, self.n()).0)
     }
