@@ -889,21 +889,7 @@ impl Ctx<'_> {
                 self.inst
                     .open(a.ino, 0)
                     .map_err(|e| ns::errno_failure(e, dst, "open"))?;
-                let mut valid = setattr::SIZE;
-                if a.uid == self.id.uid || self.id.uid == 0 {
-                    valid |= setattr::MODE;
-                }
-                let r = self.inst.setattr(SetAttrReq {
-                    ino: a.ino,
-                    valid,
-                    mode: mode & 0o7777,
-                    uid: 0,
-                    gid: 0,
-                    size: 0,
-                    atime: Timespec::default(),
-                    mtime: Timespec::default(),
-                    ctime: Timespec::default(),
-                });
+                let r = self.inst.setattr(super::replacing(&a, &self.id, mode));
                 match r {
                     Ok(a) => Ok(a),
                     Err(e) => {
@@ -918,17 +904,7 @@ impl Ctx<'_> {
 
     fn set_size_and_times(&self, a: &Attr, st: &PfsStat, dst: &str) -> Result<(), Failure> {
         self.inst
-            .setattr(SetAttrReq {
-                ino: a.ino,
-                valid: setattr::SIZE_WRITTEN | setattr::ATIME | setattr::MTIME,
-                mode: 0,
-                uid: 0,
-                gid: 0,
-                size: st.size,
-                atime: ts(st.atime),
-                mtime: ts(st.mtime),
-                ctime: Timespec::default(),
-            })
+            .setattr(super::staged_size_and_times(a.ino, st))
             .map(|_| ())
             .map_err(|e| ns::errno_failure(e, dst, "setting the size and times"))
     }

@@ -23,10 +23,10 @@ use crate::error::{fs, StoreResult};
 use crate::fragment::Fragment;
 use spillway_placement::{dentry_server, Layout};
 use spillway_types::tunables::MAX_STAGE_BATCH_FILES;
-use spillway_types::{Attr, Errno, FileKind, StripeIndex, Timespec};
+use spillway_types::{Attr, Errno, FileKind, StripeIndex};
 use spillway_wire::{
-    setattr, stage_dir, stage_file_outcome, CreateReq, SetAttrReq, StageFileResult, StageFileSpec,
-    StageFilesReply, StageFilesReq,
+    stage_dir, stage_file_outcome, CreateReq, StageFileResult, StageFileSpec, StageFilesReply,
+    StageFilesReq,
 };
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -80,13 +80,6 @@ fn store_failure(e: crate::error::StoreError, shown: &str, doing: &str) -> Failu
 fn first_stripe_here(f: &Fragment, a: &Attr) -> bool {
     Layout::of(a.ino, a.stripe_size, a.stripe_width, f.config.count()).server_of(StripeIndex(0))
         == f.index()
-}
-
-fn ts(t: (i64, u32)) -> Timespec {
-    Timespec {
-        sec: t.0,
-        nsec: t.1,
-    }
 }
 
 /// PFS → instance. In phases, so that the owner's identity is taken on once and the
@@ -195,17 +188,7 @@ fn batch_in(f: &Fragment, pfs: &Pfs, id: &Identity, specs: &[StageFileSpec]) -> 
         held.push(attr.ino);
         match fill(f, &file, &st, &attr, s) {
             Ok(()) => {
-                sizes.push(SetAttrReq {
-                    ino: attr.ino,
-                    valid: setattr::SIZE_WRITTEN | setattr::ATIME | setattr::MTIME,
-                    mode: 0,
-                    uid: 0,
-                    gid: 0,
-                    size: st.size,
-                    atime: ts(st.atime),
-                    mtime: ts(st.mtime),
-                    ctime: Timespec::default(),
-                });
+                sizes.push(super::staged_size_and_times(attr.ino, &st));
                 sized.push((i, st.size));
             }
             Err(e) => out[i] = Some(Err(e)),
@@ -286,23 +269,9 @@ fn replaceable(
             format!("{}: permission denied (write on the file)", s.shown),
         ));
     }
-    let mut valid = setattr::SIZE;
-    if a.uid == id.uid || id.uid == 0 {
-        valid |= setattr::MODE;
-    }
-    f.set_attr(&SetAttrReq {
-        ino: a.ino,
-        valid,
-        mode: st.mode & 0o7777,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        atime: Timespec::default(),
-        mtime: Timespec::default(),
-        ctime: Timespec::default(),
-    })
-    .map(Some)
-    .map_err(|e| store_failure(e, &s.shown, "truncate"))
+    f.set_attr(&super::replacing(&a, id, st.mode))
+        .map(Some)
+        .map_err(|e| store_failure(e, &s.shown, "truncate"))
 }
 
 /// Copy the source into the file's only stripe and check the byte count and that

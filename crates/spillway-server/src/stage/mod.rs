@@ -22,15 +22,56 @@ pub mod pfs;
 
 use crate::error::{fs, StoreResult};
 use crate::registry::Registry;
-use spillway_types::{Errno, Tunables};
+use spillway_types::{Attr, Errno, InodeNo, Timespec, Tunables};
 use spillway_wire::{
-    stage_state, StageCancelReq, StageFileEvent, StageForgetReq, StageProgressReply,
-    StageProgressReq, StageStartReq,
+    setattr, stage_state, SetAttrReq, StageCancelReq, StageFileEvent, StageForgetReq,
+    StageProgressReply, StageProgressReq, StageStartReq,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
+
+/// The SetAttr that gives a staged-in file the size and times its source had: the size
+/// without cutting data (the stripes were just written), atime and mtime kept.
+fn staged_size_and_times(ino: InodeNo, st: &pfs::PfsStat) -> SetAttrReq {
+    let ts = |t: (i64, u32)| Timespec {
+        sec: t.0,
+        nsec: t.1,
+    };
+    SetAttrReq {
+        ino,
+        valid: setattr::SIZE_WRITTEN | setattr::ATIME | setattr::MTIME,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        size: st.size,
+        atime: ts(st.atime),
+        mtime: ts(st.mtime),
+        ctime: Timespec::default(),
+    }
+}
+
+/// The SetAttr that empties an existing file a stage-in replaces, giving it the
+/// source's mode too when the file is the stage owner's (or the owner is root), as
+/// `open(O_TRUNC)` and `chmod` would allow.
+fn replacing(a: &Attr, id: &identity::Identity, mode: u32) -> SetAttrReq {
+    let mut valid = setattr::SIZE;
+    if a.uid == id.uid || id.uid == 0 {
+        valid |= setattr::MODE;
+    }
+    SetAttrReq {
+        ino: a.ino,
+        valid,
+        mode: mode & 0o7777,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        atime: Timespec::default(),
+        mtime: Timespec::default(),
+        ctime: Timespec::default(),
+    }
+}
 
 /// Why a file (or a whole stage) failed: an errno for the caller and a sentence for
 /// the person reading it, naming the file.
