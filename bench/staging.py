@@ -161,6 +161,8 @@ def main():
             if not same_tree(small, out):
                 raise RuntimeError("the small files came back different")
             shutil.rmtree(out)
+            print(f"run {rep + 1}: " + "  ".join(f"{k} {v[-1]:.2f}" for k, v in results.items()),
+                  file=sys.stderr, flush=True)
         m = {k: statistics.median(v) for k, v in results.items()}
         verdicts.append(row(f"stage in, 1 x {BIG_MIB} MiB", m["big_cp"], m["big_cps"], m["big_in"], 1.0))
         verdicts.append(row(f"stage out, 1 x {BIG_MIB} MiB", m["big_cp"], m["big_cps"], m["big_out"], 1.0))

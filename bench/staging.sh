@@ -7,7 +7,9 @@
 # Everything (the "PFS", cp's copies, the servers' storage) lies on one freshly made
 # ext4 file system on a loop device: on the machine's own ext4, creates right after
 # many deletes are 5-15x slower and bimodal (spec/machine-facts.md), which would
-# measure the disk's history rather than either copy.
+# measure the disk's history rather than either copy. The loop device does direct I/O
+# to its image (bench/lib.sh): a buffered one doubled the kernel's copying work and
+# made the large-file figures measure the loop device.
 #
 #   bench/staging.sh           (BENCH_REPS, BENCH_WORK: see bench/lib.sh)
 #   BENCH_STAGE_BIG_MIB=4096 BENCH_STAGE_FILES=5000

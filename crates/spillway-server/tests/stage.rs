@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Cluster, INSTANCE};
-use spillway_types::{FileKind, ROOT_INODE};
+use spillway_types::{FileKind, Tunables, ROOT_INODE};
 use spillway_wire::{
     file_state, stage_dir, stage_kind, stage_state, StageFileEvent, StagePair, StageProgressReq,
     StageStartReq,
@@ -179,6 +179,46 @@ fn a_file_goes_in_and_out_with_its_bytes_mode_and_mtime() {
     );
     assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
     assert_eq!(instance_file(&c, "/input.bin").1, b"short");
+}
+
+/// A file of many ranges, several in flight at each server at once: every range lands
+/// where it belongs both ways, and the bytes reported add up to the size.
+#[test]
+fn a_large_file_is_copied_with_several_ranges_in_flight() {
+    let t = Tunables {
+        stage_range: 1 << 20,
+        stage_ranges_in_flight: 3,
+        ..common::tunables()
+    };
+    let c = Cluster::start_tuned(2, 1 << 30, 64 << 10, t);
+    let pfs = tempfile::tempdir().unwrap();
+    let src = pfs.path().join("many-ranges.bin");
+    let data = pattern((6 << 20) + 4321, 9);
+    std::fs::write(&src, &data).unwrap();
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::IN,
+        stage_kind::FILE,
+        &[(src.to_str().unwrap(), "/many-ranges.bin")],
+        0,
+    );
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert_eq!(o.bytes_done, data.len() as u64);
+    assert!(instance_file(&c, "/many-ranges.bin").1 == data);
+
+    let out = pfs.path().join("many-ranges.out");
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::OUT,
+        stage_kind::FILE,
+        &[("/many-ranges.bin", out.to_str().unwrap())],
+        0,
+    );
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert_eq!(o.bytes_done, data.len() as u64);
+    assert!(std::fs::read(&out).unwrap() == data);
 }
 
 #[test]

@@ -88,6 +88,13 @@ impl Instance {
                     tunables.rpc_deadline,
                     tunables.reconnect_window,
                 );
+                // A peer instance serves one stage, which fails as a whole when a
+                // server is gone: one reconnect window, not one per call.
+                let ep = if role == role::PEER {
+                    ep.giving_up_once_unreachable()
+                } else {
+                    ep
+                };
                 let ep = match origin {
                     Some(path) => {
                         let (path, instance) = (path.to_path_buf(), desc.instance);

@@ -58,6 +58,10 @@ pub struct Tunables {
     /// range (every server's share of a range at once), so a stage stops within one
     /// range when terminated and no request comes near `rpc_deadline`.
     pub stage_range: u64,
+    /// Ranges of one large file a stage keeps in flight at each server: the next
+    /// range's reads are already queued at the disk when one ends, and each server
+    /// copies with as many threads.
+    pub stage_ranges_in_flight: usize,
     /// Small files a stage hands one server in one request (`StageFilesReq`): a file of
     /// one stripe is created, filled and sized by the server holding it, so a batch
     /// costs one round trip and a file none of its own.
@@ -82,6 +86,7 @@ impl Default for Tunables {
             readdir_page: 1024,
             munge_socket: None,
             stage_range: 256 << 20,
+            stage_ranges_in_flight: 2,
             stage_batch_files: 32,
         }
     }
@@ -122,6 +127,9 @@ impl Tunables {
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,
                 "munge_socket" => self.munge_socket = Some(std::path::PathBuf::from(v)),
                 "stage_range" => self.stage_range = num()?.clamp(1 << 20, 16 << 30),
+                "stage_ranges_in_flight" => {
+                    self.stage_ranges_in_flight = (num()? as usize).clamp(1, 16)
+                }
                 "stage_batch_files" => {
                     self.stage_batch_files = (num()? as usize).clamp(1, MAX_STAGE_BATCH_FILES)
                 }

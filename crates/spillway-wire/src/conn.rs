@@ -429,6 +429,10 @@ pub struct Endpoint {
     credential_source: Option<CredentialSource>,
     pub deadline: Duration,
     pub reconnect_window: Duration,
+    /// Set by `giving_up_once_unreachable`: after one reconnect window spent in vain,
+    /// every later call fails at once (`unreachable` records that it was).
+    give_up: bool,
+    unreachable: std::sync::atomic::AtomicBool,
 }
 
 /// The connection and the handshake that makes it, under one lock: a connection is
@@ -451,7 +455,22 @@ impl Endpoint {
             credential_source: None,
             deadline,
             reconnect_window,
+            give_up: false,
+            unreachable: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// An endpoint for one task that fails as a whole when a server is gone (a
+    /// stage): once a connection could not be made within the reconnect window, later
+    /// calls fail at once instead of each waiting a window of its own. Without this,
+    /// a task making N calls to a dead server takes N windows to fail.
+    pub fn giving_up_once_unreachable(mut self) -> Endpoint {
+        self.give_up = true;
+        self
+    }
+
+    fn gave_up(&self) -> bool {
+        self.give_up && self.unreachable.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Ask `source` for the credential before every connection attempt (the first
@@ -475,6 +494,9 @@ impl Endpoint {
             }
         }
         guard.conn = None;
+        if self.gave_up() {
+            return Err(CallError::NotSent);
+        }
         let start = Instant::now();
         let mut backoff = Duration::from_millis(20);
         loop {
@@ -494,6 +516,8 @@ impl Endpoint {
                 Err(e) => {
                     if start.elapsed() >= self.reconnect_window {
                         tracing::warn!(addr = %self.addr, "server unreachable");
+                        self.unreachable
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
                         return Err(e);
                     }
                     std::thread::sleep(backoff);
@@ -565,6 +589,14 @@ pub struct PendingCall<'a, C: Call> {
 }
 
 impl<C: Call> PendingCall<'_, C> {
+    /// Whether the request went out. It did not when the server stayed unreachable
+    /// for the whole reconnect window (or refused the connection outright): `wait`
+    /// then fails at once, and a caller keeping several calls in flight should not
+    /// start more.
+    pub fn is_sent(&self) -> bool {
+        self.sent.is_ok()
+    }
+
     /// Wait for the reply, resending after a broken connection when that is safe.
     pub fn wait(mut self) -> Result<C::Reply, Errno> {
         finish::<C>(self.ep, &self.body, self.bulk, &mut self.sent, self.started)
@@ -646,7 +678,7 @@ fn finish<C: Call>(
             }
             Err(e @ (CallError::NotSent | CallError::Lost)) => {
                 let may_resend = e == CallError::NotSent || C::IDEMPOTENT;
-                if !may_resend || started.elapsed() > ep.reconnect_window {
+                if !may_resend || started.elapsed() > ep.reconnect_window || ep.gave_up() {
                     tracing::warn!(addr = %ep.addr, call = C::NAME, "connection lost");
                     return Err(Errno::EIO);
                 }
@@ -692,5 +724,39 @@ mod tests {
         assert_eq!(r.err(), Some(Errno::EIO));
         assert!(took >= window, "{took:?}");
         assert!(took < window * 2, "two windows: {took:?}");
+    }
+
+    /// An endpoint for one task (a stage) spends one reconnect window on a dead
+    /// server: the calls after the first fail at once.
+    #[test]
+    fn an_endpoint_that_gives_up_fails_later_calls_at_once() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let hello = HelloReq {
+            version_min: 1,
+            version_max: 1,
+            role: 0,
+            instance: 0,
+            credential: Vec::new(),
+            peer_name: "test".into(),
+        };
+        let window = Duration::from_millis(600);
+        let ep = Endpoint::new(
+            format!("127.0.0.1:{port}"),
+            hello,
+            Duration::from_secs(5),
+            window,
+        )
+        .giving_up_once_unreachable();
+        let t = Instant::now();
+        assert_eq!(ep.call(&ServerStatusReq {}).err(), Some(Errno::EIO));
+        assert!(t.elapsed() >= window);
+        for _ in 0..3 {
+            let t = Instant::now();
+            assert_eq!(ep.call(&ServerStatusReq {}).err(), Some(Errno::EIO));
+            assert!(t.elapsed() < window / 2, "waited again: {:?}", t.elapsed());
+        }
     }
 }

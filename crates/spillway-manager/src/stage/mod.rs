@@ -99,23 +99,40 @@ impl Stager {
         std::thread::Builder::new()
             .name("stage-dispatch".into())
             .spawn(move || {
+                // A runtime of its own only to wait for a change with a timeout: a
+                // stage posted is dispatched at once, not at the next tick (a job's
+                // stage-in waits for this).
+                let waiter = match tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!("stage dispatcher: {e}");
+                        return;
+                    }
+                };
                 let mut rx = self.version.subscribe();
-                let mut last = Instant::now() - Duration::from_secs(10);
                 let mut pruned = Instant::now();
                 loop {
-                    if rx.has_changed().unwrap_or(false) || last.elapsed() >= Duration::from_secs(1)
-                    {
-                        rx.borrow_and_update();
-                        last = Instant::now();
-                        self.round();
-                    }
+                    rx.borrow_and_update();
+                    self.round();
                     if pruned.elapsed() >= Duration::from_secs(60) {
                         pruned = Instant::now();
                         if let Err(e) = lock(&self.db).prune_stages() {
                             tracing::error!("pruning old stages: {e}");
                         }
                     }
-                    std::thread::sleep(Duration::from_millis(100));
+                    // Until something changes, or a second at most (limits and ends
+                    // seen by watchers are rechecked then too).
+                    let changed = waiter.block_on(async {
+                        tokio::time::timeout(Duration::from_secs(1), rx.changed()).await
+                    });
+                    if let Ok(Err(_)) = changed {
+                        // Every sender is gone: nothing will post again, but the
+                        // watchers still need their starts; keep the 1 s round.
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
                 }
             })?;
         Ok(())

@@ -240,6 +240,22 @@ impl DataStore {
         Ok(n)
     }
 
+    /// Start reading the first `len` bytes of a stripe from the disk (a stage-out asks
+    /// for all of a range's stripes at once, so their reads queue together instead of
+    /// readahead starting small in each stripe file in turn). Only a hint: a stripe
+    /// not stored, or a failed open, is left to the copy that follows to report.
+    pub fn will_read(&self, ino: InodeNo, stripe: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        if self.map().len(ino, stripe).is_none() {
+            return;
+        }
+        if let Ok(f) = self.file(ino, stripe, false) {
+            let len = libc::off_t::try_from(len).unwrap_or(libc::off_t::MAX);
+            // SAFETY: the descriptor is open; the call only starts readahead.
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, len, libc::POSIX_FADV_WILLNEED) };
+        }
+    }
+
     /// Copy up to `len` bytes from the start of a stripe into `dst` at `dst_offset` (a
     /// stage-out). Returns the bytes copied: the stripe's stored length if shorter (the
     /// rest is a hole, which reads as zeros).

@@ -947,17 +947,36 @@ impl Ctx<'_> {
                 .map_err(|e| ns::errno_failure(e, shown, "no such server"))?;
             let mut covered = 0;
             let mut from = 0u64;
-            while from < size {
+            // Ranges in flight, oldest first. A failure or a termination drops the
+            // rest unanswered: the stage ends either way, and a server finishes at
+            // most those ranges.
+            let mut in_flight = VecDeque::new();
+            let depth = self.t.stage_ranges_in_flight.max(1);
+            loop {
                 if self.run.cancelled() {
                     return Err(Failure::new(CANCELLED, "terminated"));
                 }
-                let to = (from + range).min(size);
-                let r = ep
-                    .call(&request(from, to))
+                while from < size && in_flight.len() < depth {
+                    let to = (from + range).min(size);
+                    let call = ep.start(&request(from, to), &[]);
+                    let sent = call.is_sent();
+                    in_flight.push_back(call);
+                    from = to;
+                    if !sent {
+                        // The server did not come back within the reconnect window:
+                        // waiting for this call fails at once, and starting another
+                        // would spend a whole window again.
+                        break;
+                    }
+                }
+                let Some(call) = in_flight.pop_front() else {
+                    break;
+                };
+                let r = call
+                    .wait()
                     .map_err(|e| self.server_failure(s.0, e, shown, pfs_path))?;
                 covered += r.bytes;
                 self.run.add_bytes(r.bytes);
-                from = to;
             }
             Ok(covered)
         };

@@ -106,7 +106,11 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
         tracing::info!(ino = %r.ino, "stage: {} was replaced during the stage", r.pfs_path);
         return Err(fs(Errno::ESTALE));
     }
-    if r.direction == stage_dir::IN {
+    if r.direction == stage_dir::OUT {
+        for &(k, _, len, _) in &pieces {
+            f.data.will_read(r.ino, k, u64::from(len));
+        }
+    } else {
         // Ask for all of this range's pieces now: the reads queue at the disk together
         // instead of readahead starting small again at every stripe boundary (this
         // server's stripes are strided through the file).
