@@ -12,7 +12,9 @@ that waits for a running stage-out."""
 
 import json
 import os
+import re
 import shutil
+import signal
 import tempfile
 import time
 
@@ -619,6 +621,37 @@ def wait_running(site, stage_id, timeout=60):
         assert o["state"] in ("queued", "running"), f"the stage ended before it could be interrupted: {o}"
         return o["state"] == "running" and o
     return site.wait(running, f"stage {stage_id} running", timeout=timeout, interval=0.02)
+
+
+@pytest.mark.timeout(300)
+def test_a_coordinator_cut_off_mid_stage_is_told_to_stop_when_it_answers_again(site, pfs, engine, user):
+    """A coordinator that stops answering (SIGSTOP: alive, as behind a partition) for
+    longer than node_timeout loses its stage: the manager records it failed, naming the
+    server. When the server answers again it must not go on copying a stage the manager
+    gave up on (a retry would race it for the destination): the manager tells it to
+    stop, and the stage ends there terminated."""
+    s, i = owned_instance(site, user.uid, capacity=2 * GiB)
+    inst = i["id"]
+    d = user_dir(pfs, user, "cut-off")
+    src = os.path.join(d, "big")
+    big_file(src, user, GiB)
+    status, o = stage(site, inst, "in", "file", src, "/big", as_user=user.name)
+    assert status == 201, o
+    running = wait_running(site, o["id"])
+    node = running["server"]
+    pid = next(p["pid"] for p in site.state()["servers"] if p["name"] == node)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        o = site.api("GET", f"/dw/v1/stages/{o['id']}?wait=60", as_user=user.name)
+        assert o["state"] == "failed", o
+        assert node in o["error"]["message"], o
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    ended = re.compile(rf"stage ended stage={o['id']} state=(\d)")
+    m = site.wait(lambda: ended.search(site.log(node)), f"stage {o['id']} ended on {node}", timeout=60)
+    assert m.group(1) == "4", f"the cut-off server ended the stage with state {m.group(1)}, not terminated"
+    site.api("DELETE", f"/dw/v1/sessions/{s['id']}", as_user=user.name)
+    site.wait_gone("sessions", s["id"], timeout=40)
 
 
 @pytest.mark.timeout(600)

@@ -265,6 +265,29 @@ impl Stager {
         self.bump();
     }
 
+    /// A coordinator cut off from the manager (not dead: stopped, or on the far side of
+    /// a partition) may still be copying a stage that is now recorded as failed, and a
+    /// retry would then race it for the same destination. Keep asking it to stop until
+    /// it answers: a cancel taken, or a stage it does not know (it restarted).
+    fn stop_where_lost(&self, ep: &Endpoint, id: u64, node: &str) {
+        let mut pause = Duration::from_secs(1);
+        loop {
+            match ep.call(&StageCancelReq { stage: id }) {
+                Ok(_) => {
+                    tracing::warn!(stage = id, server = %node, "told the server to stop a stage it had lost");
+                    return;
+                }
+                Err(e) if unreachable(e) => {}
+                Err(e) => {
+                    tracing::info!(stage = id, server = %node, "lost stage not running there: {}", describe(e));
+                    return;
+                }
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(30));
+        }
+    }
+
     /// Follow one stage on its coordinator until it ends there (or is lost).
     fn watch(&self, l: &LiveStage) {
         let id = l.stage;
@@ -340,6 +363,7 @@ impl Stager {
                                 self.settings.node_timeout.as_secs()
                             ),
                         );
+                        self.stop_where_lost(&ep, id, &l.node);
                         return;
                     }
                     std::thread::sleep(Duration::from_millis(500));
