@@ -694,11 +694,8 @@ mod tests {
     use super::*;
     use crate::messages::{HelloReq, ServerStatusReq};
 
-    /// A call to a server that is gone fails once the reconnect window has passed,
-    /// counted from the first attempt: the connecting done by the first send is part
-    /// of the window, not extra to it.
-    #[test]
-    fn a_dead_server_fails_a_call_after_one_reconnect_window() {
+    /// An endpoint for a local port nothing listens on.
+    fn dead_server(window: Duration) -> Endpoint {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
             l.local_addr().expect("addr").port()
@@ -711,13 +708,21 @@ mod tests {
             credential: Vec::new(),
             peer_name: "test".into(),
         };
-        let window = Duration::from_millis(600);
-        let ep = Endpoint::new(
+        Endpoint::new(
             format!("127.0.0.1:{port}"),
             hello,
             Duration::from_secs(5),
             window,
-        );
+        )
+    }
+
+    /// A call to a server that is gone fails once the reconnect window has passed,
+    /// counted from the first attempt: the connecting done by the first send is part
+    /// of the window, not extra to it.
+    #[test]
+    fn a_dead_server_fails_a_call_after_one_reconnect_window() {
+        let window = Duration::from_millis(600);
+        let ep = dead_server(window);
         let t = Instant::now();
         let r = ep.call(&ServerStatusReq {});
         let took = t.elapsed();
@@ -730,26 +735,8 @@ mod tests {
     /// server: the calls after the first fail at once.
     #[test]
     fn an_endpoint_that_gives_up_fails_later_calls_at_once() {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-            l.local_addr().expect("addr").port()
-        };
-        let hello = HelloReq {
-            version_min: 1,
-            version_max: 1,
-            role: 0,
-            instance: 0,
-            credential: Vec::new(),
-            peer_name: "test".into(),
-        };
         let window = Duration::from_millis(600);
-        let ep = Endpoint::new(
-            format!("127.0.0.1:{port}"),
-            hello,
-            Duration::from_secs(5),
-            window,
-        )
-        .giving_up_once_unreachable();
+        let ep = dead_server(window).giving_up_once_unreachable();
         let t = Instant::now();
         assert_eq!(ep.call(&ServerStatusReq {}).err(), Some(Errno::EIO));
         assert!(t.elapsed() >= window);
