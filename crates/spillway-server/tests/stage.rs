@@ -331,6 +331,70 @@ fn a_list_goes_in_and_failures_name_their_files() {
     assert_eq!(instance_file(&c, "/two").1, b"22");
 }
 
+/// A source that is not a regular file fails by itself, with its own errno and a
+/// message naming it, on the batched path (a list of small files) and on the long one
+/// (a file stage).
+#[test]
+fn a_source_that_is_not_a_regular_file_fails_naming_it() {
+    let c = Cluster::start(2, 1 << 30, 64 << 10);
+    let pfs = tempfile::tempdir().unwrap();
+    std::fs::write(pfs.path().join("plain"), b"plain").unwrap();
+    std::fs::create_dir(pfs.path().join("adir")).unwrap();
+    let fifo = std::ffi::CString::new(pfs.path().join("afifo").display().to_string()).unwrap();
+    // SAFETY: a valid path string.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let p = |n: &str| pfs.path().join(n).display().to_string();
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::IN,
+        stage_kind::LIST,
+        &[
+            (&p("plain"), "/plain"),
+            (&p("adir"), "/adir"),
+            (&p("afifo"), "/afifo"),
+        ],
+        0,
+    );
+    assert_eq!(o.state, stage_state::FAILED);
+    assert_eq!(o.files_done, 1);
+    let mut failed = o.failed();
+    failed.sort();
+    assert_eq!(failed, [("/adir", libc::EISDIR), ("/afifo", libc::EINVAL)]);
+    let messages: Vec<_> = o.events.iter().map(|e| e.message.as_str()).collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("adir") && m.contains("not a regular file")),
+        "{messages:?}"
+    );
+    assert_eq!(instance_file(&c, "/plain").1, b"plain");
+
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::IN,
+        stage_kind::FILE,
+        &[(&p("adir"), "/adir-file")],
+        0,
+    );
+    assert_eq!(o.state, stage_state::FAILED);
+    assert_eq!(o.failed(), [("/adir-file", libc::EISDIR)]);
+
+    // Out onto a FIFO (nobody reading it) and onto a directory: each fails, none hangs.
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::OUT,
+        stage_kind::LIST,
+        &[("/plain", &p("afifo")), ("/plain", &p("adir"))],
+        0,
+    );
+    assert_eq!(o.state, stage_state::FAILED);
+    assert_eq!(o.files_done, 0);
+    assert_eq!(o.failed().len(), 2, "{:?}", o.failed());
+}
+
 #[test]
 fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
     if unsafe { libc::geteuid() } != 0 {

@@ -10,7 +10,7 @@
 
 use super::identity::Identity;
 use super::ns::{self, may, MAY_EXEC, MAY_READ};
-use super::pfs::{fstat, Pfs, PfsStat};
+use super::pfs::{fstat, unchanged_since, Pfs, PfsStat};
 use super::{copy::my_pieces, Failure, Run};
 use crate::fragment::Fragment;
 use spillway_stubs::Instance;
@@ -794,30 +794,12 @@ impl Ctx<'_> {
 
     /// PFS → instance, one regular file.
     fn file_in(&self, src: &str, dst: &str) -> Result<u64, Failure> {
-        let file = self.pfs.open(src, libc::O_RDONLY, 0)?;
-        let st = fstat(&file).map_err(|e| ns::errno_failure(Errno(e), src, "fstat"))?;
-        if !st.is_file() {
-            let e = if st.is_dir() {
-                libc::EISDIR
-            } else {
-                libc::EINVAL
-            };
-            return Err(Failure::new(e, format!("{src}: not a regular file")));
-        }
+        let (file, st) = self.pfs.open_source(src)?;
         let parent = self.parent_dir(dst)?;
         let attr = self.create_or_truncate(&parent, base_of(dst), st.mode, dst)?;
         let r = self.copy_ranges(&attr, st.size, src, st.ino, dst, stage_dir::IN);
         let r = r.and_then(|()| {
-            let now = fstat(&file).map_err(|e| ns::errno_failure(Errno(e), src, "fstat"))?;
-            if now.size != st.size || now.mtime != st.mtime {
-                return Err(Failure::new(
-                    libc::EIO,
-                    format!(
-                        "{src}: changed during the stage ({} bytes when opened, {} now)",
-                        st.size, now.size
-                    ),
-                ));
-            }
+            unchanged_since(&file, &st, src)?;
             self.set_size_and_times(&attr, &st, dst)
         });
         // The release is not waited for: nothing depends on its answer, and a release
@@ -1084,11 +1066,7 @@ impl Ctx<'_> {
                 format!("{src}: permission denied (read on the file)"),
             ));
         }
-        let file = self.pfs.open(
-            dst,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-            a.mode & 0o7777,
-        )?;
+        let file = self.pfs.create_destination(dst, a.mode & 0o7777)?;
         file.set_len(a.size)
             .map_err(|e| ns::errno_failure(Errno::from_io(&e), dst, "setting the size"))?;
         let pst = fstat(&file).map_err(|e| ns::errno_failure(Errno(e), dst, "fstat"))?;

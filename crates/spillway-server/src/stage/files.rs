@@ -17,7 +17,7 @@
 
 use super::identity::Identity;
 use super::ns::{may, MAY_READ, MAY_WRITE};
-use super::pfs::{fstat, Pfs, PfsStat};
+use super::pfs::{unchanged_since, Pfs, PfsStat};
 use super::Failure;
 use crate::error::{fs, StoreResult};
 use crate::fragment::Fragment;
@@ -91,7 +91,7 @@ fn batch_in(f: &Fragment, pfs: &Pfs, id: &Identity, specs: &[StageFileSpec]) -> 
     let opened = match pfs.as_owner(|| {
         specs
             .iter()
-            .map(|s| open_source(pfs, s))
+            .map(|s| pfs.open_source(&s.pfs_path))
             .collect::<Vec<_>>()
     }) {
         Ok(v) => v,
@@ -225,22 +225,6 @@ fn finish(out: Vec<Option<Outcome>>) -> Vec<Outcome> {
         .collect()
 }
 
-/// Open a stage-in source (the caller wears the owner's identity): a regular file.
-fn open_source(pfs: &Pfs, s: &StageFileSpec) -> Result<(std::fs::File, PfsStat), Failure> {
-    let src = &s.pfs_path;
-    let file = pfs.open(src, libc::O_RDONLY, 0)?;
-    let st = fstat(&file).map_err(|e| super::ns::errno_failure(Errno(e), src, "fstat"))?;
-    if !st.is_file() {
-        let e = if st.is_dir() {
-            libc::EISDIR
-        } else {
-            libc::EINVAL
-        };
-        return Err(Failure::new(e, format!("{src}: not a regular file")));
-    }
-    Ok((file, st))
-}
-
 /// The existing entry of a stage-in, emptied for the new contents, when this server
 /// holds all of it and the owner may write it; `None` when the long way must decide.
 fn replaceable(
@@ -299,16 +283,7 @@ fn fill(
             ),
         ));
     }
-    let now = fstat(file).map_err(|e| super::ns::errno_failure(Errno(e), src, "fstat"))?;
-    if now.size != st.size || now.mtime != st.mtime {
-        return Err(Failure::new(
-            libc::EIO,
-            format!(
-                "{src}: changed during the stage ({} bytes when opened, {} now)",
-                st.size, now.size
-            ),
-        ));
-    }
+    unchanged_since(file, st, src)?;
     f.stats.stage_bytes_read.fetch_add(n, Ordering::Relaxed);
     Ok(())
 }
@@ -331,13 +306,7 @@ fn batch_out(f: &Fragment, pfs: &Pfs, id: &Identity, specs: &[StageFileSpec]) ->
     }
     let created = pfs.as_owner(|| {
         todo.iter()
-            .map(|(i, a)| {
-                pfs.open(
-                    &specs[*i].pfs_path,
-                    libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-                    a.mode & 0o7777,
-                )
-            })
+            .map(|(i, a)| pfs.create_destination(&specs[*i].pfs_path, a.mode & 0o7777))
             .collect::<Vec<_>>()
     });
     let created = match created {

@@ -169,11 +169,53 @@ impl Pfs {
         })
     }
 
-    /// `openat2` beneath the root, as the owner.
+    /// A stage-in source, opened as the owner: a regular file, and what it held then
+    /// (the copy is checked against it, `unchanged_since`).
+    pub fn open_source(&self, src: &str) -> Result<(File, PfsStat), Failure> {
+        let file = self.open(src, libc::O_RDONLY, 0)?;
+        let st = fstat(&file)
+            .map_err(|e| super::ns::errno_failure(spillway_types::Errno(e), src, "fstat"))?;
+        if !st.is_file() {
+            let e = if st.is_dir() {
+                libc::EISDIR
+            } else {
+                libc::EINVAL
+            };
+            return Err(Failure::new(e, format!("{src}: not a regular file")));
+        }
+        Ok((file, st))
+    }
+
+    /// A stage-out destination, created or truncated as the owner: a regular file (an
+    /// existing FIFO, device or directory there fails the file, never receives it).
+    pub fn create_destination(&self, dst: &str, mode: u32) -> Result<File, Failure> {
+        let file = self.open(dst, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode)?;
+        let st = fstat(&file)
+            .map_err(|e| super::ns::errno_failure(spillway_types::Errno(e), dst, "fstat"))?;
+        if !st.is_file() {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{dst}: not a regular file"),
+            ));
+        }
+        Ok(file)
+    }
+
+    /// `openat2` beneath the root, as the owner. Never blocks in the open: O_NONBLOCK
+    /// makes a FIFO (or a device) named by a user answer at once instead of holding a
+    /// stage until a peer opens the other end; on a regular file it changes nothing.
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<File, Failure> {
         self.beneath(path, |root, rel| {
-            let fd = openat2(root, rel, flags | libc::O_CLOEXEC, mode)
+            let fd = openat2(root, rel, flags | libc::O_CLOEXEC | libc::O_NONBLOCK, mode)
                 .map_err(|e| describe(e, path, "open"))?;
+            // Blocking again once open: the copies expect ordinary descriptors.
+            // SAFETY: fd is open for both calls.
+            unsafe {
+                let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+                if fl >= 0 {
+                    libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+                }
+            }
             Ok(File::from(fd))
         })
     }
@@ -424,6 +466,23 @@ fn lstat_beneath(root: &OwnedFd, rel: &Path, shown: &str) -> Result<PfsStat, Fai
     }
     let (pfd, name) = open_parent(root, rel, shown)?;
     fstatat_nofollow(&pfd, name.as_bytes()).map_err(|e| describe(e, shown, "lstat"))
+}
+
+/// A copy of `src` counts only if the source still has the size and mtime it had when
+/// the stage opened it (`st`): a file written during the stage fails with EIO.
+pub fn unchanged_since(file: &File, st: &PfsStat, src: &str) -> Result<(), Failure> {
+    let now = fstat(file)
+        .map_err(|e| super::ns::errno_failure(spillway_types::Errno(e), src, "fstat"))?;
+    if now.size != st.size || now.mtime != st.mtime {
+        return Err(Failure::new(
+            libc::EIO,
+            format!(
+                "{src}: changed during the stage ({} bytes when opened, {} now)",
+                st.size, now.size
+            ),
+        ));
+    }
+    Ok(())
 }
 
 pub fn fstat(fd: &impl AsRawFd) -> Result<PfsStat, i32> {
