@@ -55,6 +55,9 @@ pub struct Stager {
 const PROGRESS_WAIT_MS: u32 = 1000;
 
 /// Errors that mean "no answer" (the server is down or unreachable), not a refusal.
+/// The shortest time between two dispatch rounds.
+const MIN_ROUND_GAP: Duration = Duration::from_millis(50);
+
 fn unreachable(e: Errno) -> bool {
     e == Errno::ETIMEDOUT || e == Errno::EIO || e == Errno::ECONNREFUSED
 }
@@ -114,7 +117,15 @@ impl Stager {
                 };
                 let mut rx = self.version.subscribe();
                 let mut pruned = Instant::now();
+                let mut last = Instant::now();
                 loop {
+                    // At most one round per 50 ms: every progress report also bumps
+                    // the version, and a busy stage reports many times a second.
+                    let since = last.elapsed();
+                    if since < MIN_ROUND_GAP {
+                        std::thread::sleep(MIN_ROUND_GAP - since);
+                    }
+                    last = Instant::now();
                     rx.borrow_and_update();
                     self.round();
                     if pruned.elapsed() >= Duration::from_secs(60) {
