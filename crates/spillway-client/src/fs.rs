@@ -818,17 +818,7 @@ impl Filesystem for SpillwayFs {
         reply: ReplyAttr,
     ) {
         let mut valid = 0;
-        let mut req = SetAttrReq {
-            ino: ino(i),
-            valid: 0,
-            mode: 0,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            atime: Timespec::default(),
-            mtime: Timespec::default(),
-            ctime: Timespec::default(),
-        };
+        let mut req = SetAttrReq::of(ino(i));
         if let Some(m) = mode {
             valid |= setattr::MODE;
             req.mode = m & 0o7777;

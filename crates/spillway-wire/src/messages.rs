@@ -154,6 +154,23 @@ wire_struct!(SetAttrReq {
     mtime: Timespec,
     ctime: Timespec,
 });
+impl SetAttrReq {
+    /// A SetAttr of `ino` that changes nothing yet: callers set `valid` and the
+    /// fields it names.
+    pub fn of(ino: InodeNo) -> SetAttrReq {
+        SetAttrReq {
+            ino,
+            valid: 0,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+        }
+    }
+}
 wire_struct!(CreateReq {
     parent: InodeNo,
     name: Vec<u8>,

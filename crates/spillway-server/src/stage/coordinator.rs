@@ -507,15 +507,11 @@ impl Ctx<'_> {
         let mode = (mode & 0o7777) | (a.mode & libc::S_ISGID);
         self.inst
             .setattr(SetAttrReq {
-                ino: a.ino,
                 valid: setattr::MODE | setattr::ATIME | setattr::MTIME,
                 mode,
-                uid: 0,
-                gid: 0,
-                size: 0,
                 atime: *atime,
                 mtime: *mtime,
-                ctime: Timespec::default(),
+                ..SetAttrReq::of(a.ino)
             })
             .map(|_| ())
             .map_err(|e| ns::errno_failure(e, dst, "setting mode and times"))

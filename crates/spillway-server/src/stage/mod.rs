@@ -40,15 +40,11 @@ fn staged_size_and_times(ino: InodeNo, st: &pfs::PfsStat) -> SetAttrReq {
         nsec: t.1,
     };
     SetAttrReq {
-        ino,
         valid: setattr::SIZE_WRITTEN | setattr::ATIME | setattr::MTIME,
-        mode: 0,
-        uid: 0,
-        gid: 0,
         size: st.size,
         atime: ts(st.atime),
         mtime: ts(st.mtime),
-        ctime: Timespec::default(),
+        ..SetAttrReq::of(ino)
     }
 }
 
@@ -61,15 +57,9 @@ fn replacing(a: &Attr, id: &identity::Identity, mode: u32) -> SetAttrReq {
         valid |= setattr::MODE;
     }
     SetAttrReq {
-        ino: a.ino,
         valid,
         mode: mode & 0o7777,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        atime: Timespec::default(),
-        mtime: Timespec::default(),
-        ctime: Timespec::default(),
+        ..SetAttrReq::of(a.ino)
     }
 }
 
