@@ -35,10 +35,13 @@ pub async fn versions() -> Json<Value> {
     Json(json!({"versions": [{"id": "v1", "url": "/dw/v1/"}]}))
 }
 
-pub async fn resources() -> Json<Value> {
+/// The API's resources, and `mount_root`: where activations' default mount points go
+/// (workload-manager tools name job mount points below it, before they exist).
+pub async fn resources(State(st): State<AppState>) -> Json<Value> {
     Json(
         json!({"resources": ["pools", "nodes", "sessions", "instances", "fragments",
-        "configurations", "activations", "stages"], "openapi": "/dw/v1/openapi.json"}),
+        "configurations", "activations", "stages"], "openapi": "/dw/v1/openapi.json",
+        "mount_root": st.cfg.mount_root}),
     )
 }
 

@@ -1,0 +1,112 @@
+//! Finding a job's objects on the manager again from its token.
+
+use super::{PhaseError, PhaseResult};
+use serde::Deserialize;
+use spillway_api::{ApiClient, Configuration, Goal, Instance, Session};
+
+#[derive(Deserialize)]
+struct Sessions {
+    sessions: Vec<Session>,
+}
+
+/// The session of `token`: the live one (goal create) if there is one, else one being
+/// torn down, else None.
+pub fn find_session(api: &ApiClient, token: &str) -> PhaseResult<Option<Session>> {
+    let all: Sessions = api.get("/dw/v1/sessions")?;
+    let mut found: Option<Session> = None;
+    for s in all.sessions.into_iter().filter(|s| s.token == token) {
+        let better = match &found {
+            None => true,
+            Some(f) => f.state.goal != Goal::Create && s.state.goal == Goal::Create,
+        };
+        if better {
+            found = Some(s);
+        }
+    }
+    Ok(found)
+}
+
+/// A job's session with its instance and that instance's configuration (none for
+/// jobs that only use persistent instances).
+pub struct Job {
+    pub session: Session,
+    pub instance: Option<Instance>,
+    pub configuration: Option<Configuration>,
+}
+
+impl Job {
+    pub fn find(api: &ApiClient, token: &str) -> PhaseResult<Job> {
+        let session =
+            find_session(api, token)?.ok_or_else(|| PhaseError::NoSession(token.into()))?;
+        let instance = match session.links.instances.first() {
+            Some(id) => Some(api.get::<Instance>(&format!("/dw/v1/instances/{id}"))?),
+            None => None,
+        };
+        let configuration = match instance
+            .as_ref()
+            .and_then(|i| i.links.configurations.first())
+        {
+            Some(id) => Some(api.get::<Configuration>(&format!("/dw/v1/configurations/{id}"))?),
+            None => None,
+        };
+        Ok(Job {
+            session,
+            instance,
+            configuration,
+        })
+    }
+}
+
+/// A persistent instance a job attaches (`#DW persistentdw name=`).
+pub struct PersistentUse {
+    pub name: String,
+    pub session: Session,
+    pub instance: Instance,
+    pub configuration: Configuration,
+}
+
+impl PersistentUse {
+    pub fn find(api: &ApiClient, name: &str) -> PhaseResult<PersistentUse> {
+        let missing = || PhaseError::Failed(format!("no persistent instance named {name:?}"));
+        let session = find_session(api, name)?
+            .filter(|s| s.state.goal == Goal::Create)
+            .ok_or_else(missing)?;
+        let iid = session.links.instances.first().ok_or_else(missing)?;
+        let instance: Instance = api.get(&format!("/dw/v1/instances/{iid}"))?;
+        let cid = instance.links.configurations.first().ok_or_else(|| {
+            PhaseError::Failed(format!(
+                "the persistent instance {name:?} has no configuration yet"
+            ))
+        })?;
+        let configuration: Configuration = api.get(&format!("/dw/v1/configurations/{cid}"))?;
+        Ok(PersistentUse {
+            name: name.to_string(),
+            session,
+            instance,
+            configuration,
+        })
+    }
+}
+
+/// Wait until `instance` is built: every fragment on its server. A blown fuse (the
+/// servers refused it repeatedly) fails at once with the reason.
+pub fn wait_built(api: &ApiClient, id: u64) -> PhaseResult<Instance> {
+    super::wait_for(
+        super::STORAGE_WAIT,
+        || format!("instance {id} to be built on its servers"),
+        || {
+            let i: Instance = api.get(&format!("/dw/v1/instances/{id}"))?;
+            if i.state.goal != Goal::Create {
+                return Err(PhaseError::Failed(format!(
+                    "instance {id} is being destroyed"
+                )));
+            }
+            if i.state.fuse_blown {
+                return Err(PhaseError::Failed(format!(
+                    "instance {id} could not be built: its servers refused it repeatedly (dwstat instances/fragments show the state)"
+                )));
+            }
+            Ok(i.state.actualized.then_some(i))
+        },
+    )
+}

@@ -1,0 +1,82 @@
+//! `create_persistent`: a named session owned by the user, its public instance and a
+//! configuration. Repeating it for the same owner finds what is already there.
+
+use super::lookup::{find_session, Job};
+use super::{PhaseError, PhaseResult};
+use spillway_api::{
+    AccessMode, ApiClient, ConfigType, Configuration, Goal, Instance, NewConfiguration,
+    NewInstance, NewSession, Session,
+};
+
+pub struct NewPersistent {
+    pub name: String,
+    pub owner: u32,
+    pub pool: Option<String>,
+    pub bytes: u64,
+    pub access: AccessMode,
+    pub kind: ConfigType,
+}
+
+/// Returns a line with the word `created` (what Slurm looks for).
+pub fn create_persistent(api: &ApiClient, p: &NewPersistent) -> PhaseResult<String> {
+    if p.name.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(PhaseError::Failed(format!(
+            "persistent name {:?} starts with a digit (names of digits are job ids)",
+            p.name
+        )));
+    }
+    let session = match find_session(api, &p.name)?.filter(|s| s.state.goal == Goal::Create) {
+        Some(s) if s.owner != p.owner => {
+            return Err(PhaseError::Failed(format!(
+                "the persistent name {:?} is taken by uid {} (names are global)",
+                p.name, s.owner
+            )))
+        }
+        Some(s) => s,
+        None => api.post::<_, Session>(
+            "/dw/v1/sessions",
+            &NewSession {
+                token: p.name.clone(),
+                owner: Some(p.owner),
+                creator: Some("CLI".into()),
+                client_nodes: Vec::new(),
+                expiration: None,
+            },
+        )?,
+    };
+    let job = Job::find(api, &p.name)?;
+    let instance = match job.instance {
+        Some(i) => i,
+        None => api.post::<_, Instance>(
+            "/dw/v1/instances",
+            &NewInstance {
+                session: session.id,
+                capacity: p.bytes,
+                pool: p.pool.clone(),
+                label: None,
+                public: Some(true),
+                policy: None,
+                limits: None,
+                stripe_size: None,
+                expiration: None,
+            },
+        )?,
+    };
+    let configuration = match job.configuration {
+        Some(c) => c,
+        None => api.post::<_, Configuration>(
+            "/dw/v1/configurations",
+            &NewConfiguration {
+                instance: instance.id,
+                kind: p.kind,
+                access_mode: p.access,
+                root_permissions: None,
+                group: None,
+            },
+        )?,
+    };
+    Ok(format!(
+        "created persistent instance {}: session {}, instance {} of {} bytes in pool {}, configuration {}",
+        p.name, session.id, instance.id, instance.capacity.bytes, instance.pool, configuration.id
+    ))
+}

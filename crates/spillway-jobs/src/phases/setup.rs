@@ -1,0 +1,131 @@
+//! `setup`: the session first (Slurm must see it within seconds, spec §8.23), then the
+//! job instance and its configuration (placed at once, built by the reconcile loop in
+//! the background), then the job instance's stage-outs, registered as deferred so that
+//! they are owed to the PFS from now on: a teardown without `hurry` runs them even if
+//! `data_out` never comes.
+
+use super::lookup::{find_session, Job};
+use super::stages::{ensure_stage, stage_request};
+use super::{PhaseError, PhaseResult};
+use crate::job::{JobSpec, Target};
+use spillway_api::{
+    AccessMode, ApiClient, ApiError, ConfigType, Configuration, Goal, Instance, NewConfiguration,
+    NewInstance, NewSession, Session, StageWhen,
+};
+
+/// What the workload manager says about the job.
+#[derive(Clone, Debug)]
+pub struct SetupRequest {
+    /// The job id.
+    pub token: String,
+    pub owner: u32,
+    pub group: u32,
+    /// `--capacity pool:size` as Slurm charged it (rounded to the granularity); None:
+    /// what the `#DW jobdw` line asks for, in its pool.
+    pub capacity: Option<(Option<String>, u64)>,
+    /// The planned compute nodes, when the scheduler already knows them.
+    pub nodes: Vec<String>,
+    /// `SLURM`, or `spillway-run`.
+    pub creator: String,
+}
+
+pub fn setup(api: &ApiClient, spec: &JobSpec, req: &SetupRequest) -> PhaseResult<String> {
+    let session = session(api, req)?;
+    let mut said = format!("session {} (token {})", session.id, req.token);
+    let Some(ji) = &spec.instance else {
+        return Ok(said);
+    };
+    let (pool, bytes) = match &req.capacity {
+        Some((pool, bytes)) if *bytes > 0 => (pool.clone().or(ji.spec.pool.clone()), *bytes),
+        _ => (ji.spec.pool.clone(), ji.spec.capacity),
+    };
+    let job = Job::find(api, &req.token)?;
+    let instance = match job.instance {
+        Some(i) => i,
+        None => api.post::<_, Instance>(
+            "/dw/v1/instances",
+            &NewInstance {
+                session: session.id,
+                capacity: bytes,
+                pool,
+                label: None,
+                public: Some(false),
+                policy: None,
+                limits: None,
+                stripe_size: ji.spec.stripe_size,
+                expiration: None,
+            },
+        )?,
+    };
+    let configuration = match job.configuration {
+        Some(c) => c,
+        None => api.post::<_, Configuration>(
+            "/dw/v1/configurations",
+            &NewConfiguration {
+                instance: instance.id,
+                kind: ConfigType::Scratch,
+                access_mode: if ji.spec.access.striped || !ji.spec.access.private {
+                    AccessMode::Stripe
+                } else {
+                    AccessMode::Private
+                },
+                root_permissions: None,
+                group: Some(req.group),
+            },
+        )?,
+    };
+    said.push_str(&format!(
+        ": instance {} of {} bytes in pool {}, configuration {}",
+        instance.id, instance.capacity.bytes, instance.pool, configuration.id
+    ));
+    let mut owed = 0;
+    for s in spec
+        .stage_out
+        .iter()
+        .filter(|s| s.instance.target == Target::JobStriped)
+    {
+        let want = stage_request(s, instance.id, req.owner, Some(StageWhen::JobEnd));
+        let st = ensure_stage(api, &want, session.created)
+            .map_err(|e| PhaseError::Failed(format!("line {}: stage_out: {e}", s.line)))?;
+        owed += usize::from(st.is_some());
+    }
+    if owed > 0 {
+        said.push_str(&format!("; {owed} stage-out(s) owed to the PFS"));
+    }
+    Ok(said)
+}
+
+/// The job's live session, made now if there is none.
+fn session(api: &ApiClient, req: &SetupRequest) -> PhaseResult<Session> {
+    for _ in 0..2 {
+        if let Some(s) = find_session(api, &req.token)?.filter(|s| s.state.goal == Goal::Create) {
+            if s.owner != req.owner {
+                return Err(PhaseError::Failed(format!(
+                    "token {} already names a session of uid {}, not of uid {}",
+                    req.token, s.owner, req.owner
+                )));
+            }
+            return Ok(s);
+        }
+        let made = api.post::<_, Session>(
+            "/dw/v1/sessions",
+            &NewSession {
+                token: req.token.clone(),
+                owner: Some(req.owner),
+                creator: Some(req.creator.clone()),
+                client_nodes: req.nodes.clone(),
+                expiration: None,
+            },
+        );
+        match made {
+            Ok(s) => return Ok(s),
+            // Made by a concurrent call of ours in between: look again.
+            Err(ApiError::Status { status: 409, .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(PhaseError::Failed(format!(
+        "token {} is in use by a session being torn down; try again when it is gone",
+        req.token
+    )))
+}
