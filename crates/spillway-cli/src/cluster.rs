@@ -342,18 +342,12 @@ fn dev_capability(secret: &[u8], st: &ClusterState) -> Result<Vec<u8>, String> {
         .as_secs();
     let cap = Capability {
         instance: st.instance,
-        node: hostname(),
+        node: crate::hostname(),
         addrs: vec![IpAddr::V4(from)],
         expires: now.saturating_add(DEV_CAPABILITY_SECS),
     };
     capability::try_mint(secret, &cap)
         .ok_or_else(|| format!("host name {:?} is longer than 255 bytes", cap.node))
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
 }
 
 pub fn up(a: UpArgs) -> Result<PathBuf, String> {

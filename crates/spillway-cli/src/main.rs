@@ -10,11 +10,14 @@
 //! * `spillway agent`   — a compute node's agent (mounts activations).
 //! * `spillway tls init` — the site CA and the manager's certificate.
 //! * `spillway local`   — a whole site (manager, servers, agent) on this machine.
+//! * `spillway run`     — a `#DW` job script through the burst-buffer phases, without
+//!   Slurm.
 
 mod agent;
 mod cluster;
 mod daemon;
 mod local;
+mod run;
 mod size;
 mod stripes;
 
@@ -106,6 +109,31 @@ enum Cmd {
     Local {
         #[command(subcommand)]
         cmd: LocalCmd,
+    },
+    /// Run a #DW job script on this site without Slurm: validate, setup, stage in,
+    /// paths, pre-run, the script (as its user, with the DW_* variables), post-run,
+    /// stage out, teardown. Exits with the script's status.
+    Run {
+        /// The client configuration (default: $SPILLWAY_CONFIG, else
+        /// /etc/spillway/spillway.conf).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The job's user (default: the caller, or the user sudo came from).
+        #[arg(long)]
+        user: Option<String>,
+        /// Compute nodes to mount on, comma-separated (default: this machine).
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<String>,
+        /// The job's token (default: a fresh number above Slurm's job ids).
+        #[arg(long)]
+        token: Option<String>,
+        /// The script's working directory (default: the current one).
+        #[arg(long)]
+        chdir: Option<PathBuf>,
+        script: PathBuf,
+        /// Arguments for the script.
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
     },
     /// Set the stripe size and/or width of an empty file, or of a directory (the
     /// default for files created in it afterwards; subdirectories do not inherit).
@@ -277,11 +305,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             server_capacity: parse_size(&server_capacity)?,
             pool,
             granularity: parse_size(&granularity)?,
-            node: node.unwrap_or_else(|| {
-                std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_else(|_| "localhost".into())
-            }),
+            node: node.unwrap_or_else(hostname),
             munge_socket,
             policy,
             bare,
@@ -410,6 +434,26 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Cmd::Local { cmd } => local_cmd(cmd),
+        Cmd::Run {
+            config,
+            user,
+            nodes,
+            token,
+            chdir,
+            script,
+            args,
+        } => {
+            let status = run::run(run::RunArgs {
+                script,
+                script_args: args,
+                config,
+                user,
+                nodes,
+                token,
+                chdir,
+            })?;
+            std::process::exit(status);
+        }
         Cmd::Stripes { path, json } => stripes::show(&path, json),
         Cmd::Setstripe { path, size, width } => {
             if size.is_none() && width.is_none() {
@@ -486,4 +530,11 @@ fn main() {
         eprintln!("spillway: {e}");
         std::process::exit(1);
     }
+}
+
+/// This machine's host name (its name as a compute node).
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
 }

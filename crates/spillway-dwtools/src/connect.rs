@@ -104,6 +104,11 @@ impl Answer {
 }
 
 impl Manager {
+    /// The typed client underneath (the job phases use it directly).
+    pub fn api(&self) -> &ApiClient {
+        &self.api
+    }
+
     pub fn get(&self, path: &str) -> Result<Answer, Failure> {
         Ok(Answer(self.api.get(path)?))
     }

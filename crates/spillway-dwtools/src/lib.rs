@@ -1,5 +1,6 @@
 //! DataWarp's command line as thin clients of the manager's REST API (`/dw/v1/`):
-//! `dwstat` prints status tables, `dwcli` creates, changes, removes and lists resources.
+//! `dwstat` prints status tables, `dwcli` creates, changes, removes and lists resources,
+//! `dw_wlm_cli` drives a job's burst-buffer phases for Slurm.
 //! Neither keeps state; every answer comes from the manager. See docs/cli.md.
 //!
 //! * `connect` — the client configuration, MUNGE credentials, failures and exit codes.
@@ -9,6 +10,7 @@
 //! * `render`  — dwstat's table of each resource.
 //! * `json`    — `--json`: the manager's answer, re-indented only.
 //! * `stage`   — `dwcli stage`: staging, progress, waiting.
+//! * `wlm`     — `dw_wlm_cli`, the program Slurm's burst_buffer/datawarp plugin runs.
 //! * `dwstat`, `dwcli` — the two commands (their binaries only call `main`).
 
 pub mod args;
@@ -20,6 +22,7 @@ pub mod json;
 pub mod render;
 pub mod stage;
 pub mod table;
+pub mod wlm;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -285,6 +285,72 @@ fn a_tree_goes_in_and_out() {
     assert_eq!(m.mode() & 0o777, 0o755);
 }
 
+/// A tree staged to a directory that does not exist yet makes it (its parent must
+/// exist), with the source directory's mode, as `cp -a src dst` does: job scripts
+/// stage into `$DW_JOB_STRIPED/in` of an empty instance.
+#[test]
+fn a_tree_staged_to_a_missing_directory_makes_it() {
+    let c = Cluster::start(2, 1 << 30, 64 << 10);
+    let pfs = tempfile::tempdir().unwrap();
+    let src = pfs.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/f"), pattern(70_000, 3)).unwrap();
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::IN,
+        stage_kind::DIRECTORY,
+        &[(src.to_str().unwrap(), "/new")],
+        0,
+    );
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert_eq!(instance_file(&c, "/new").0.mode & 0o7777, 0o750);
+    assert!(instance_file(&c, "/new/sub/f").1 == pattern(70_000, 3));
+
+    let back = pfs.path().join("back");
+    let o = stage(
+        &c,
+        &[pfs.path()],
+        stage_dir::OUT,
+        stage_kind::DIRECTORY,
+        &[("/new", back.to_str().unwrap())],
+        0,
+    );
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    assert_eq!(std::fs::metadata(&back).unwrap().mode() & 0o7777, 0o750);
+    assert!(std::fs::read(back.join("sub/f")).unwrap() == pattern(70_000, 3));
+
+    // Only the last component is made.
+    for (dir, from, to) in [
+        (
+            stage_dir::IN,
+            src.to_str().unwrap().to_string(),
+            "/no/such".to_string(),
+        ),
+        (
+            stage_dir::OUT,
+            "/new".to_string(),
+            pfs.path().join("no/such").display().to_string(),
+        ),
+    ] {
+        let o = stage(
+            &c,
+            &[pfs.path()],
+            dir,
+            stage_kind::DIRECTORY,
+            &[(&from, &to)],
+            0,
+        );
+        assert_ne!(o.state, stage_state::COMPLETE, "{from} -> {to}");
+        assert!(
+            o.error.contains("No such file"),
+            "{from} -> {to}: {}",
+            o.error
+        );
+    }
+}
+
 #[test]
 fn a_list_goes_in_and_failures_name_their_files() {
     let c = Cluster::start(2, 1 << 30, 64 << 10);

@@ -21,7 +21,7 @@ mod setup;
 mod stages;
 mod teardown;
 
-pub use lookup::{Job, PersistentUse};
+pub use lookup::{find_session, Job, PersistentUse};
 pub use mounts::{mount_point, paths, post_run, pre_run, MountKind};
 pub use persistent::{create_persistent, NewPersistent};
 pub use setup::{setup, SetupRequest};

@@ -274,70 +274,77 @@ impl Ctx<'_> {
         }
     }
 
-    /// Stage-in of a tree: the instance directory must exist and be writable; the
-    /// PFS tree is walked as the owner.
+    /// Stage-in of a tree: into the instance directory `dst`, which must be writable,
+    /// or which is made (its parent must exist), as `cp -a src dst` does, with the
+    /// source directory's mode and times. The PFS tree is walked as the owner.
     fn enumerate_pfs_tree(&self, src: &str, dst: &str) -> Result<Vec<Item>, Failure> {
-        let top = ns::resolve(&self.inst, &self.id, dst)?;
-        if top.kind != FileKind::Directory {
-            return Err(Failure::new(
-                libc::ENOTDIR,
-                format!("{dst}: the destination is not a directory"),
-            ));
-        }
-        ns::check_dir_writable(&top, &self.id, dst)?;
-        self.dirs()
-            .insert(dst.trim_end_matches('/').to_string(), top);
-        let entries = self.pfs.walk(src)?;
-        Ok(entries
-            .into_iter()
-            .map(|(rel, st)| {
-                let rel = rel.to_string_lossy().into_owned();
-                let (s, d) = (join(src, &rel), join(dst, &rel));
-                if st.is_dir() {
-                    Item::Dir {
-                        dst: d,
-                        mode: st.mode,
-                        atime: ts(st.atime),
-                        mtime: ts(st.mtime),
-                    }
-                } else if st.is_file() {
-                    Item::File {
-                        src: s,
-                        dw: d.clone(),
-                        dst: d,
-                        ino: None,
-                        size: Some(st.size),
-                    }
-                } else if st.is_symlink() {
-                    Item::Symlink {
-                        src: s,
-                        dw: d.clone(),
-                        dst: d,
-                        ino: None,
-                    }
-                } else {
-                    Item::Bad {
-                        failure: Failure::new(
-                            libc::EINVAL,
-                            format!("{s}: not a regular file, directory or symlink"),
-                        ),
-                        dw: d,
-                    }
+        let mut out = Vec::new();
+        match ns::resolve(&self.inst, &self.id, dst) {
+            Ok(top) => {
+                if top.kind != FileKind::Directory {
+                    return Err(Failure::new(
+                        libc::ENOTDIR,
+                        format!("{dst}: the destination is not a directory"),
+                    ));
                 }
-            })
-            .collect())
+                ns::check_dir_writable(&top, &self.id, dst)?;
+                self.dirs()
+                    .insert(dst.trim_end_matches('/').to_string(), top);
+            }
+            Err(f) if f.errno == libc::ENOENT => {
+                let st = self.pfs.lstat(src)?;
+                out.push(Item::Dir {
+                    dst: dst.trim_end_matches('/').to_string(),
+                    mode: st.mode,
+                    atime: ts(st.atime),
+                    mtime: ts(st.mtime),
+                });
+            }
+            Err(f) => return Err(f),
+        }
+        let entries = self.pfs.walk(src)?;
+        out.extend(entries.into_iter().map(|(rel, st)| {
+            let rel = rel.to_string_lossy().into_owned();
+            let (s, d) = (join(src, &rel), join(dst, &rel));
+            if st.is_dir() {
+                Item::Dir {
+                    dst: d,
+                    mode: st.mode,
+                    atime: ts(st.atime),
+                    mtime: ts(st.mtime),
+                }
+            } else if st.is_file() {
+                Item::File {
+                    src: s,
+                    dw: d.clone(),
+                    dst: d,
+                    ino: None,
+                    size: Some(st.size),
+                }
+            } else if st.is_symlink() {
+                Item::Symlink {
+                    src: s,
+                    dw: d.clone(),
+                    dst: d,
+                    ino: None,
+                }
+            } else {
+                Item::Bad {
+                    failure: Failure::new(
+                        libc::EINVAL,
+                        format!("{s}: not a regular file, directory or symlink"),
+                    ),
+                    dw: d,
+                }
+            }
+        }));
+        Ok(out)
     }
 
-    /// Stage-out of a tree: the PFS directory must exist; the instance tree is walked
-    /// with the owner's read and search permission on every directory.
+    /// Stage-out of a tree: into the PFS directory `dst`, or made (its parent must
+    /// exist) with the instance directory's mode and times; the instance tree is
+    /// walked with the owner's read and search permission on every directory.
     fn enumerate_instance_tree(&self, src: &str, dst: &str) -> Result<Vec<Item>, Failure> {
-        let st = self.pfs.lstat(dst)?;
-        if !st.is_dir() {
-            return Err(Failure::new(
-                libc::ENOTDIR,
-                format!("{dst}: the destination is not a directory"),
-            ));
-        }
         let top = ns::resolve(&self.inst, &self.id, src)?;
         if top.kind != FileKind::Directory {
             return Err(Failure::new(
@@ -346,6 +353,22 @@ impl Ctx<'_> {
             ));
         }
         let mut out = Vec::new();
+        match self.pfs.lstat(dst) {
+            Ok(st) if st.is_dir() => {}
+            Ok(_) => {
+                return Err(Failure::new(
+                    libc::ENOTDIR,
+                    format!("{dst}: the destination is not a directory"),
+                ))
+            }
+            Err(f) if f.errno == libc::ENOENT => out.push(Item::Dir {
+                dst: dst.trim_end_matches('/').to_string(),
+                mode: top.mode,
+                atime: top.atime,
+                mtime: top.mtime,
+            }),
+            Err(f) => return Err(f),
+        }
         let mut stack = vec![(top, String::new())];
         while let Some((dir, rel)) = stack.pop() {
             let shown = join(src, &rel);

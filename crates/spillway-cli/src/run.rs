@@ -1,0 +1,389 @@
+//! `spillway run job.sh`: a `#DW` job script run on this site without Slurm, through
+//! the same phases Slurm drives with `dw_wlm_cli` (`spillway_jobs::phases`), each
+//! printed as it goes: validate, setup, stage in, paths, pre-run, the script itself
+//! (as its user, with the `DW_*` variables), post-run, stage out, teardown.
+//!
+//! Failures: a phase before the script fails → teardown with hurry (nothing ran, so
+//! nothing is owed). The script failing does not stop the phases after it (DataWarp
+//! stages out whatever a job left). A failed stage-out keeps the session and its
+//! instance, and says how to retry or give up: nothing owed to the PFS is dropped
+//! without the user saying so.
+
+use spillway_api::ApiClient;
+use spillway_jobs::phases::{self, PhaseError, SetupRequest, Teardown};
+use spillway_jobs::JobSpec;
+use std::ffi::CString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub struct RunArgs {
+    pub script: PathBuf,
+    pub script_args: Vec<String>,
+    pub config: Option<PathBuf>,
+    pub user: Option<String>,
+    pub nodes: Vec<String>,
+    pub token: Option<String>,
+    pub chdir: Option<PathBuf>,
+}
+
+/// Tokens of `spillway run` jobs start here: far beyond Slurm's job ids (at most
+/// 0x03FFFFFF), so that both can share a site.
+const TOKEN_BASE: u64 = 1_000_000_000_000;
+
+/// The job's user: name, uid, primary gid, home, shell.
+struct User {
+    name: String,
+    uid: u32,
+    gid: u32,
+    home: String,
+    shell: String,
+}
+
+fn user_named(name: &str) -> Result<User, String> {
+    let c = CString::new(name).map_err(|_| format!("invalid user name {name:?}"))?;
+    // SAFETY: getpwnam returns a pointer into static storage or null; we copy out at
+    // once (this process has one thread here).
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    if pw.is_null() {
+        return Err(format!("no user {name:?}"));
+    }
+    let s = |p: *const libc::c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a NUL-terminated string of the passwd entry.
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    // SAFETY: pw is non-null and points at a valid passwd entry.
+    let pw = unsafe { &*pw };
+    Ok(User {
+        name: name.to_string(),
+        uid: pw.pw_uid,
+        gid: pw.pw_gid,
+        home: s(pw.pw_dir),
+        shell: s(pw.pw_shell),
+    })
+}
+
+/// Who the job runs as: `--user`, else the caller, else (root) the user sudo came
+/// from. Never root: Slurm refuses burst buffers to uid 0, and so do we.
+fn job_user(arg: Option<&str>) -> Result<User, String> {
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
+    let name = match arg {
+        Some(n) => n.to_string(),
+        None if me != 0 => std::env::var("USER").map_err(|_| "give --user NAME".to_string())?,
+        None => match std::env::var("SUDO_USER") {
+            Ok(u) if u != "root" && !u.is_empty() => u,
+            _ => {
+                return Err(
+                    "give --user NAME: a job runs as an unprivileged user (Slurm refuses burst buffers to root too)"
+                        .into(),
+                )
+            }
+        },
+    };
+    let u = user_named(&name)?;
+    if u.uid == 0 {
+        return Err("a job does not run as root (as with Slurm); give --user NAME".into());
+    }
+    if me != 0 && u.uid != me {
+        return Err(format!(
+            "only root runs a job as another user (you are uid {me})"
+        ));
+    }
+    Ok(u)
+}
+
+fn step(name: &str) {
+    println!("==> {name}");
+}
+
+fn took(t: Instant) -> String {
+    format!("({:.2} s)", t.elapsed().as_secs_f64())
+}
+
+/// A fresh token: no session may have it.
+fn fresh_token(api: &ApiClient) -> Result<String, String> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    for k in 0..100 {
+        let t = (TOKEN_BASE + (now % TOKEN_BASE) + k).to_string();
+        if phases::find_session(api, &t)
+            .map_err(|e| e.to_string())?
+            .is_none()
+        {
+            return Ok(t);
+        }
+    }
+    Err("no free token found; give --token".into())
+}
+
+pub fn run(a: RunArgs) -> Result<i32, String> {
+    step("validate");
+    let text =
+        std::fs::read(&a.script).map_err(|e| format!("cannot read {}: {e}", a.script.display()))?;
+    let spec = JobSpec::parse(&text).map_err(|e| format!("{}:\n{e}", a.script.display()))?;
+    let user = job_user(a.user.as_deref())?;
+    println!(
+        "    {}: {} stage-in(s), {} stage-out(s){}{}; runs as {} (uid {})",
+        a.script.display(),
+        spec.stage_in.len(),
+        spec.stage_out.len(),
+        spec.instance
+            .as_ref()
+            .map(|i| format!(", a job instance of {} bytes", i.spec.capacity))
+            .unwrap_or_default(),
+        if spec.persistent.is_empty() {
+            String::new()
+        } else {
+            format!(", persistent {}", spec.persistent.join(" "))
+        },
+        user.name,
+        user.uid
+    );
+    let cfg_path = spillway_api::config::ClientConfig::locate(a.config.as_deref());
+    let cfg = spillway_api::config::ClientConfig::load(&cfg_path)?;
+    let api = crate::agent::api_client(&cfg, Duration::from_secs(60))?;
+    let token = match a.token.clone() {
+        Some(t) => t,
+        None => fresh_token(&api)?,
+    };
+    let nodes = if a.nodes.is_empty() {
+        vec![crate::hostname()]
+    } else {
+        a.nodes.clone()
+    };
+    let fail = |e: PhaseError| e.to_string();
+
+    // Everything before the script: on failure, tear down in a hurry.
+    let before = || -> Result<Vec<(String, String)>, String> {
+        for c in &spec.create {
+            step(&format!("create persistent {}", c.name));
+            let t = Instant::now();
+            let p = phases::NewPersistent {
+                name: c.name.clone(),
+                owner: user.uid,
+                pool: c.pool.clone(),
+                bytes: c.capacity,
+                access: spillway_api::AccessMode::Stripe,
+                kind: spillway_api::ConfigType::Scratch,
+            };
+            println!(
+                "    {} {}",
+                phases::create_persistent(&api, &p).map_err(fail)?,
+                took(t)
+            );
+        }
+        for (name, hurry) in &spec.destroy {
+            step(&format!("destroy persistent {name}"));
+            let t = Instant::now();
+            match phases::teardown(&api, name, *hurry).map_err(fail)? {
+                Teardown::NotFound => println!("    no persistent instance {name} {}", took(t)),
+                Teardown::Done { session, .. } => {
+                    println!("    session {session} torn down {}", took(t))
+                }
+            }
+        }
+        step("setup");
+        let t = Instant::now();
+        let req = SetupRequest {
+            token: token.clone(),
+            owner: user.uid,
+            group: user.gid,
+            capacity: None,
+            nodes: nodes.clone(),
+            creator: "spillway-run".into(),
+        };
+        println!(
+            "    {} {}",
+            phases::setup(&api, &spec, &req).map_err(fail)?,
+            took(t)
+        );
+        step("stage in");
+        let t = Instant::now();
+        println!(
+            "    {} {}",
+            phases::data_in(&api, &spec, &token).map_err(fail)?,
+            took(t)
+        );
+        step("paths");
+        let vars = phases::paths(&api, &spec, &token).map_err(fail)?;
+        for (k, v) in &vars {
+            println!("    {k}={v}");
+        }
+        step("pre-run");
+        let t = Instant::now();
+        println!(
+            "    {} {}",
+            phases::pre_run(&api, &spec, &token, &nodes).map_err(fail)?,
+            took(t)
+        );
+        Ok(vars)
+    };
+    let vars = match before() {
+        Ok(v) => v,
+        Err(e) => {
+            println!("    FAILED: {e}");
+            step("teardown (hurry: the job did not run)");
+            match phases::teardown(&api, &token, true) {
+                Ok(_) => println!("    done"),
+                Err(t) => println!(
+                    "    FAILED: {t}; the session of token {token} is left: remove it with `dwcli rm session <id>` (dwstat sessions)"
+                ),
+            }
+            return Err(e);
+        }
+    };
+
+    step(&format!("run {} as {}", a.script.display(), user.name));
+    let t = Instant::now();
+    // A script that cannot even start is a failed job: the phases after it still run.
+    let status = match run_script(&a, &text, &user, &token, &vars) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("    FAILED: {e}");
+            127
+        }
+    };
+    println!("    exit status {status} {}", took(t));
+
+    step("post-run");
+    let t = Instant::now();
+    if let Err(e) = phases::post_run(&api, &token) {
+        println!("    FAILED: {e}");
+        println!(
+            "    the session of token {token} is kept (its stage-outs are still owed): `dwstat sessions` shows it; `dwcli rm session <id>` tears it down and runs them"
+        );
+        return Err(format!("post-run failed: {e}"));
+    }
+    println!("    done {}", took(t));
+    step("stage out");
+    let t = Instant::now();
+    match phases::data_out(&api, &spec, &token) {
+        Ok(s) => println!("    {s} {}", took(t)),
+        Err(e) => {
+            println!("    FAILED: {e}");
+            println!(
+                "    the session of token {token} and its instance are kept so that the data is not lost: \
+                 stage it out by hand (dwcli stage), then `dwcli rm session <id>` (dwstat sessions shows the id)"
+            );
+            return Err(format!("stage-out failed: {e}"));
+        }
+    }
+    step("teardown");
+    let t = Instant::now();
+    match phases::teardown(&api, &token, false).map_err(fail)? {
+        Teardown::NotFound => println!("    nothing to tear down {}", took(t)),
+        Teardown::Done { session, .. } => println!("    session {session} torn down {}", took(t)),
+    }
+    Ok(status)
+}
+
+/// Run the script as `user`, as Slurm would: a private copy of it executed (its `#!`
+/// line chooses the interpreter, /bin/sh without one), a clean environment with the
+/// user's identity and the job's `DW_*` variables. Returns its exit status (128+N
+/// for a signal).
+fn run_script(
+    a: &RunArgs,
+    text: &[u8],
+    user: &User,
+    token: &str,
+    vars: &[(String, String)],
+) -> Result<i32, String> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = std::env::temp_dir().join(format!("spillway-run-{token}"));
+    std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let cleanup = Cleanup(dir.clone());
+    std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let copy = dir.join("script");
+    {
+        use std::io::Write;
+        let end = text.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o700)
+            .open(&copy)
+            .map_err(|e| format!("{}: {e}", copy.display()))?;
+        f.write_all(&text[..end])
+            .map_err(|e| format!("{}: {e}", copy.display()))?;
+    }
+    std::os::unix::fs::chown(&copy, Some(user.uid), Some(user.gid))
+        .map_err(|e| format!("{}: {e}", copy.display()))?;
+    let mut cmd = if text.starts_with(b"#!") {
+        Command::new(&copy)
+    } else {
+        let mut c = Command::new("/bin/sh");
+        c.arg(&copy);
+        c
+    };
+    cmd.args(&a.script_args);
+    let cwd = match &a.chdir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(&user.home)),
+    };
+    cmd.current_dir(&cwd);
+    cmd.env_clear();
+    for k in ["PATH", "TERM", "LANG", "LC_ALL", "TZ"] {
+        if let Ok(v) = std::env::var(k) {
+            cmd.env(k, v);
+        }
+    }
+    if std::env::var_os("PATH").is_none() {
+        cmd.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    }
+    cmd.env("HOME", &user.home)
+        .env("USER", &user.name)
+        .env("LOGNAME", &user.name)
+        .env("SHELL", &user.shell)
+        .env("SPILLWAY_JOB_ID", token);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    // SAFETY: getuid cannot fail.
+    if unsafe { libc::getuid() } == 0 {
+        let name = CString::new(user.name.clone()).map_err(|e| e.to_string())?;
+        let (uid, gid) = (user.uid, user.gid);
+        // SAFETY: between fork and exec, in the child only: its supplementary groups,
+        // then its gid, then its uid (std's own uid/gid switch runs before pre_exec
+        // closures, when initgroups would no longer be allowed).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::initgroups(name.as_ptr(), gid) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {} as {}: {e}", a.script.display(), user.name))?;
+    drop(cleanup);
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
