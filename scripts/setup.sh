@@ -15,7 +15,7 @@ say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Packages the project (build), the tests (pytest suite, FUSE, network namespaces, loop
-# devices, MUNGE) and the benchmarks (fio, fs_mark, sqlite3, mkfs) need.
+# devices, MUNGE, Slurm) and the benchmarks (fio, fs_mark, sqlite3, mkfs) need.
 PACKAGES=(
     build-essential pkg-config make gcc tar git curl ca-certificates
     libsqlite3-dev sqlite3
@@ -26,6 +26,12 @@ PACKAGES=(
     python3 python3-pytest python3-hypothesis python3-pytest-timeout
     shellcheck
     munge libmunge-dev
+    # Slurm 22.05 for tests/slurm.py (the tests run their own slurmctld and slurmd):
+    # the daemons, the client commands (sbatch, scontrol, squeue, scancel, sinfo) and
+    # the plugins, among them burst_buffer_datawarp.so, burst_buffer_lua.so (which pulls
+    # in liblua5.1-0) and serializer_json.so (the lua plugin parses pools JSON with it).
+    # The packages also create the user `slurm` (SlurmUser of the test sites).
+    slurmctld slurmd slurm-client slurm-wlm-basic-plugins
 )
 
 # ---------------------------------------------------------------- Debian packages
@@ -44,8 +50,40 @@ else
     command -v apt-get >/dev/null || die "apt-get not found: Spillway's setup targets Debian 12"
     say "installing ${#missing[@]} missing package(s): ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    # No package may start its service while we install: slurmctld and slurmd would run
+    # as system daemons (the tests start their own), and munged is started below where it
+    # is needed. invoke-rc.d and deb-systemd-invoke both ask policy-rc.d; exit 101 means
+    # "not allowed". An existing policy-rc.d (Docker images have one) is left alone.
+    temp_policy=""
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        temp_policy=/usr/sbin/policy-rc.d
+        trap 'rm -f "$temp_policy"' EXIT
+        printf '#!/bin/sh\n# scripts/setup.sh: no service starts during its apt-get install\nexit 101\n' >"$temp_policy"
+        chmod 0755 "$temp_policy"
+    fi
     apt-get update -q </dev/null
     apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+    if [[ -n "$temp_policy" ]]; then
+        rm -f "$temp_policy"
+        trap - EXIT
+    fi
+fi
+
+# ---------------------------------------------------------------- Slurm
+# The tests run slurmctld and slurmd of their own (tests/slurm.py: own slurm.conf, ports,
+# state and munged); Debian's services stay off. Their systemd units and init scripts only
+# start with an /etc/slurm/slurm.conf, which a test machine does not have; the postinst
+# enables the units all the same, so where systemd runs and Slurm is unconfigured they are
+# disabled here (a configured system Slurm is left alone: the tests' sites use other
+# ports, directories and their own munged, and do not collide with it).
+id slurm >/dev/null 2>&1 || die "no user 'slurm': are the Debian slurm packages installed completely?"
+if [[ -d /run/systemd/system && ! -e /etc/slurm/slurm.conf && $EUID -eq 0 ]]; then
+    for unit in slurmctld.service slurmd.service; do
+        if systemctl -q is-enabled "$unit" 2>/dev/null || systemctl -q is-active "$unit" 2>/dev/null; then
+            say "disabling Debian's $unit (the tests run their own Slurm daemons)"
+            systemctl disable --now "$unit" || die "systemctl could not disable $unit"
+        fi
+    done
 fi
 
 # ---------------------------------------------------------------- Rust toolchain

@@ -22,6 +22,9 @@ import pytest
 import munged as munged_helper
 import spwhelpers as H
 
+# The Slurm fixtures (slurm_sites, slurm_site) and the `slurm` marker: tests/slurmfixtures.py
+pytest_plugins = ["slurmfixtures"]
+
 DEFAULT_TEST_TIMEOUT = int(os.environ.get("SPILLWAY_TEST_TIMEOUT", "300"))
 
 try:
