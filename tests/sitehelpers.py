@@ -27,7 +27,8 @@ class ApiError(Exception):
 
 class LocalSite:
     def __init__(self, binary, directory, munged, servers=2, server_capacity="8GiB",
-                 granularity="1GiB", node="compute0", bare=False, policy=None, pfs_roots=None):
+                 granularity="1GiB", node="compute0", bare=False, policy=None, pfs_roots=None,
+                 admin_group=None):
         self.bin = binary
         self.dir = directory
         self.munged = munged
@@ -38,6 +39,7 @@ class LocalSite:
         self.bare = bare
         self.policy = policy
         self.pfs_roots = list(pfs_roots or [])  # each passed as --pfs-root
+        self.admin_group = admin_group  # manager.conf's admin_group (e.g. the SlurmUser's)
         self._ctx = None
 
     # ------------------------------------------------------------------ processes
@@ -57,6 +59,8 @@ class LocalSite:
             args += ["--policy", self.policy]
         for root in self.pfs_roots:
             args += ["--pfs-root", str(root)]
+        if self.admin_group:
+            args += ["--admin-group", self.admin_group]
         self.run(*args)
         return self
 

@@ -185,11 +185,13 @@ class SlurmSite:
                           partition lines
     scheduler_parameters  SchedulerParameters value (default SCHEDULER_PARAMETERS; "" for
                           Slurm's defaults)
+    extra_env             more environment for the daemons (and so for the burst-buffer
+                          tools they run), e.g. SPILLWAY_CONFIG
     """
 
     def __init__(self, directory, munge_socket, burst_buffer=None, burst_buffer_conf=None,
                  lua_script=None, extra_conf=(), slurm_user="slurm", hostname=None,
-                 scheduler_parameters=None):
+                 scheduler_parameters=None, extra_env=None):
         if burst_buffer not in (None, "datawarp", "lua"):
             raise ValueError(f"burst_buffer must be None, 'datawarp' or 'lua', not {burst_buffer!r}")
         self.dir = os.path.abspath(directory)
@@ -199,6 +201,7 @@ class SlurmSite:
         self.lua_script = lua_script
         self.extra_conf = [extra_conf] if isinstance(extra_conf, str) else list(extra_conf)
         self.slurm_user = slurm_user
+        self.extra_env = dict(extra_env or {})
         self.scheduler_parameters = SCHEDULER_PARAMETERS if scheduler_parameters is None else scheduler_parameters
         pw = pwd.getpwnam(slurm_user)
         self.slurm_uid, self.slurm_gid = pw.pw_uid, pw.pw_gid
@@ -301,6 +304,7 @@ class SlurmSite:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
         env["SLURM_CONF"] = self.conf
         env[SITE_ENV] = self.dir
+        env.update(self.extra_env)
         return env
 
     def env(self):

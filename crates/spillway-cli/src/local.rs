@@ -48,6 +48,9 @@ pub struct UpArgs {
     pub bare: bool,
     /// The PFS roots stages may use (manager.conf's `pfs_roots`).
     pub pfs_roots: Vec<PathBuf>,
+    /// manager.conf's `admin_group`: its members are admins (e.g. the SlurmUser's group,
+    /// for dw_wlm_cli).
+    pub admin_group: Option<String>,
 }
 
 /// `pfs_roots = ...` for manager.conf: absolute paths (resolved when they exist, as the
@@ -212,6 +215,13 @@ pub fn up(a: UpArgs) -> Result<(), String> {
         .map(|s| format!("munge_socket = {}\n", s.display()))
         .unwrap_or_default();
     let pfs_line = pfs_roots_line(&a.pfs_roots)?;
+    let admin_line = match &a.admin_group {
+        Some(g) if g.is_empty() || g.contains(['\n', '#']) => {
+            return Err(format!("--admin-group {g:?} is not a group name"))
+        }
+        Some(g) => format!("admin_group = {g}\n"),
+        None => String::new(),
+    };
     let mport = free_port()?;
     let manager_listen = format!("127.0.0.1:{mport}");
     write(
@@ -219,7 +229,7 @@ pub fn up(a: UpArgs) -> Result<(), String> {
         &format!(
             "# spillway local site: manager\nlisten = {manager_listen}\nstate_dir = {}\n\
              tls_cert = {}\ntls_key = {}\nmount_root = {}\ndefault_pool = {}\n\
-             heartbeat_interval = 1s\nnode_timeout = 3s\n{}{munge_line}{pfs_line}",
+             heartbeat_interval = 1s\nnode_timeout = 3s\n{}{munge_line}{pfs_line}{admin_line}",
             dir.join("manager").display(),
             dir.join("tls/manager.pem").display(),
             dir.join("tls/manager.key").display(),

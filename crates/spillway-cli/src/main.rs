@@ -191,6 +191,10 @@ enum LocalCmd {
         /// A PFS root stages may use (repeatable): written to manager.conf's pfs_roots.
         #[arg(long = "pfs-root", value_name = "DIR")]
         pfs_root: Vec<PathBuf>,
+        /// A group whose members are admins (manager.conf's admin_group), e.g. the
+        /// SlurmUser's, so that dw_wlm_cli may drive jobs.
+        #[arg(long)]
+        admin_group: Option<String>,
     },
     /// Unmount what the agent mounted, stop everything and (unless --keep-data)
     /// remove DIR.
@@ -299,6 +303,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             policy,
             bare,
             pfs_root,
+            admin_group,
         } => local::up(local::UpArgs {
             dir,
             servers,
@@ -310,6 +315,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             policy,
             bare,
             pfs_roots: pfs_root,
+            admin_group,
         }),
         LocalCmd::Down { dir, keep_data } => local::down(&dir, keep_data),
         LocalCmd::Kill { dir, what, signal } => {
