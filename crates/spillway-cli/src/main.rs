@@ -73,6 +73,11 @@ enum Cmd {
         /// they are answered ENOTSUP.
         #[arg(long)]
         manager_config: Option<PathBuf>,
+        /// Show this directory of the instance as the mount's root, creating it (with
+        /// the owner, group and mode of the instance's root) if missing: a private
+        /// mount's `/.spillway-private/<node>`.
+        #[arg(long)]
+        root_dir: Option<String>,
     },
     /// Unmount a Spillway mount (the client process then exits).
     Umount { mountpoint: PathBuf },
@@ -331,8 +336,12 @@ fn run(cli: Cli) -> Result<(), String> {
             pidfile,
             tunables,
             manager_config,
+            root_dir,
         } => {
             let desc = InstanceDescriptor::load(&instance).map_err(|e| e.to_string())?;
+            if let Some(d) = &root_dir {
+                spillway_client::root::parse_root_dir(d)?;
+            }
             let tunables = load_tunables(&tunables)?;
             let manager = match &manager_config {
                 Some(p) => Some(spillway_api::config::ClientConfig::load(p)?),
@@ -368,6 +377,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 origin,
                 ready: notify,
                 manager,
+                root_dir,
             });
             if let Err(e) = &result {
                 // A detached parent still waiting sees the pipe close and points at
