@@ -168,6 +168,10 @@ enum LocalCmd {
         /// A PFS root stages may use (repeatable): written to manager.conf's pfs_roots.
         #[arg(long = "pfs-root", value_name = "DIR")]
         pfs_root: Vec<PathBuf>,
+        /// One more compute node on this machine (repeatable): an agent of its own,
+        /// mounting below DIR/nodes/NAME.
+        #[arg(long = "extra-node", value_name = "NAME")]
+        extra_node: Vec<String>,
     },
     /// Unmount what the agent mounted, stop everything and (unless --keep-data)
     /// remove DIR.
@@ -276,6 +280,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             policy,
             bare,
             pfs_root,
+            extra_node,
         } => local::up(local::UpArgs {
             dir,
             servers,
@@ -291,6 +296,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             policy,
             bare,
             pfs_roots: pfs_root,
+            extra_nodes: extra_node,
         }),
         LocalCmd::Down { dir, keep_data } => local::down(&dir, keep_data),
         LocalCmd::Kill { dir, what, signal } => {
