@@ -28,7 +28,7 @@ class ApiError(Exception):
 class LocalSite:
     def __init__(self, binary, directory, munged, servers=2, server_capacity="8GiB",
                  granularity="1GiB", node="compute0", bare=False, policy=None, pfs_roots=None,
-                 admin_group=None):
+                 admin_group=None, extra_nodes=None):
         self.bin = binary
         self.dir = directory
         self.munged = munged
@@ -40,6 +40,9 @@ class LocalSite:
         self.policy = policy
         self.pfs_roots = list(pfs_roots or [])  # each passed as --pfs-root
         self.admin_group = admin_group  # manager.conf's admin_group (e.g. the SlurmUser's)
+        # More compute nodes on this machine (--extra-node): an agent each, mounting
+        # below DIR/nodes/<name> (node_mount gives the path).
+        self.extra_nodes = list(extra_nodes or [])
         self._ctx = None
 
     # ------------------------------------------------------------------ processes
@@ -61,6 +64,8 @@ class LocalSite:
             args += ["--pfs-root", str(root)]
         if self.admin_group:
             args += ["--admin-group", self.admin_group]
+        for n in self.extra_nodes:
+            args += ["--extra-node", n]
         self.run(*args)
         return self
 
@@ -73,6 +78,12 @@ class LocalSite:
 
     def start(self, what):
         self.run("local", "start", "--dir", self.dir, what)
+
+    def node_mount(self, node, mount):
+        """Where `node`'s agent mounts an activation's `mount` on this machine."""
+        if node == self.node:
+            return mount
+        return os.path.join(os.path.realpath(self.dir), "nodes", node, mount.lstrip("/"))
 
     def state(self):
         with open(os.path.join(self.dir, "local.json")) as f:

@@ -712,6 +712,34 @@ pub struct AgentMount {
     /// The instance descriptor (servers, stripe size, capability) as JSON text. Only
     /// present while the goal is create.
     pub descriptor: Option<String>,
+    /// The directory of the instance this node's mount shows as its root
+    /// (`spillway mount --root-dir`): for a private configuration the node's own
+    /// namespace, [`private_root_dir`]; absent: the instance's root. Absent from
+    /// older managers' answers, ignored by older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_dir: Option<String>,
+}
+
+/// The directory of an instance that holds the compute nodes' private namespaces
+/// (access mode `private`): `/.spillway-private/<node>` each. A striped mount of the
+/// same instance shows it like any other directory.
+pub const PRIVATE_DIR: &str = ".spillway-private";
+
+/// Whether `node` is a valid compute node name: 1 to 64 of `A-Z a-z 0-9 _ . -`, not
+/// starting with `.` or `-` (so it is always a plain file name too).
+pub fn valid_node_name(node: &str) -> bool {
+    !node.is_empty()
+        && node.len() <= 64
+        && !node.starts_with(['.', '-'])
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+/// The instance path of `node`'s private namespace, `/.spillway-private/<node>`; None
+/// for a name that is not a valid node name (never a path built from one).
+pub fn private_root_dir(node: &str) -> Option<String> {
+    valid_node_name(node).then(|| format!("/{PRIVATE_DIR}/{node}"))
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -757,6 +785,50 @@ mod tests {
             transitioning: true,
         };
         assert_eq!(s.column(), "D--T-");
+    }
+
+    #[test]
+    fn private_namespaces_are_built_from_checked_names_only() {
+        assert_eq!(
+            private_root_dir("compute0").as_deref(),
+            Some("/.spillway-private/compute0")
+        );
+        assert_eq!(
+            private_root_dir("nid00012.ib-0_a").as_deref(),
+            Some("/.spillway-private/nid00012.ib-0_a")
+        );
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "-x",
+            "a/b",
+            "a b",
+            "a\0",
+            "\u{e9}",
+            &"n".repeat(65),
+        ] {
+            assert_eq!(private_root_dir(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn agent_mounts_without_a_root_dir_read_and_write_as_before() {
+        let old = r#"{"activation":1,"goal":"create","mount":"/m","descriptor":null}"#;
+        let m: AgentMount = serde_json::from_str(old).unwrap();
+        assert_eq!(m.root_dir, None);
+        assert_eq!(serde_json::to_string(&m).unwrap(), old);
+        let private = AgentMount {
+            root_dir: private_root_dir("c0"),
+            ..m
+        };
+        let text = serde_json::to_string(&private).unwrap();
+        assert!(
+            text.contains(r#""root_dir":"/.spillway-private/c0""#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<AgentMount>(&text).unwrap(), private);
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub struct AgentConfig {
     pub addresses: Vec<String>,
     /// Tunables file for the mounts.
     pub tunables: Option<PathBuf>,
+    /// Mount every activation below this directory (at `mount_prefix/<its path>`)
+    /// instead of at its path: several agents of one machine, each a compute node of
+    /// its own (`spillway local up --extra-node`), must not mount on top of each other.
+    pub mount_prefix: Option<PathBuf>,
 }
 
 const KEYS: &[&str] = &[
@@ -34,6 +38,7 @@ const KEYS: &[&str] = &[
     "state_dir",
     "addresses",
     "tunables",
+    "mount_prefix",
 ];
 
 fn hostname() -> String {
@@ -64,6 +69,7 @@ impl AgentConfig {
                 })
                 .unwrap_or_default(),
             tunables: m.get("tunables").map(PathBuf::from),
+            mount_prefix: m.get("mount_prefix").map(PathBuf::from),
         })
     }
 }
@@ -133,6 +139,17 @@ impl Agent {
         Ok(path)
     }
 
+    /// Where an activation's mount goes on this node: its path, below `mount_prefix`
+    /// if one is set.
+    fn mount_point(&self, mount: &str) -> PathBuf {
+        match &self.cfg.mount_prefix {
+            Some(p) => p.join(mount.trim_start_matches('/')),
+            None => PathBuf::from(mount),
+        }
+    }
+
+    /// The file recording where an activation is mounted here (for unmounts after a
+    /// restart and for `spillway local down`).
     fn mount_path(&self, activation: u64) -> PathBuf {
         self.cfg
             .state_dir
@@ -173,8 +190,11 @@ impl Agent {
         let desc_path = self.desc_path(m.activation);
         // Always (re)written: a renewed capability reaches the client on its next connect.
         Self::write_private(&desc_path, desc)?;
-        Self::write_private(&self.mount_path(m.activation), &m.mount)?;
-        let mnt = Path::new(&m.mount);
+        let mnt = &self.mount_point(&m.mount);
+        let mnt_text = mnt
+            .to_str()
+            .ok_or_else(|| format!("mount point {} is not UTF-8", mnt.display()))?;
+        Self::write_private(&self.mount_path(m.activation), mnt_text)?;
         if is_mounted(mnt) {
             return Ok(());
         }
@@ -195,6 +215,10 @@ impl Agent {
         if let Some(t) = &self.cfg.tunables {
             cmd.arg("--tunables").arg(t);
         }
+        // A private configuration: this node's own directory of the instance.
+        if let Some(r) = &m.root_dir {
+            cmd.arg("--root-dir").arg(r);
+        }
         cmd.arg("--manager-config")
             .arg(self.write_manager_config()?);
         let out = cmd.arg(mnt).output().map_err(|e| e.to_string())?;
@@ -208,8 +232,8 @@ impl Agent {
         Ok(())
     }
 
-    fn unmount(&mut self, activation: u64, mount: &str) -> Result<(), String> {
-        let mnt = Path::new(mount);
+    /// Unmount an activation mounted at `mnt` (this node's mount point).
+    fn unmount(&mut self, activation: u64, mnt: &Path) -> Result<(), String> {
         unmount(mnt, Some(&self.pid_path(activation)))?;
         if is_mounted(mnt) {
             return Err(format!("{} is still mounted", mnt.display()));
@@ -225,7 +249,8 @@ impl Agent {
         Ok(())
     }
 
-    /// Activations this agent holds on disk (from earlier passes or an earlier run).
+    /// Activations this agent holds on disk (from earlier passes or an earlier run),
+    /// with their mount points on this node.
     fn held(&self) -> Vec<(u64, String)> {
         let mut out = Vec::new();
         let Ok(rd) = std::fs::read_dir(&self.cfg.state_dir) else {
@@ -269,7 +294,7 @@ impl Agent {
                         }
                     }
                 }
-                Goal::Destroy => match self.unmount(m.activation, &m.mount) {
+                Goal::Destroy => match self.unmount(m.activation, &self.mount_point(&m.mount)) {
                     Ok(()) => self.report(m.activation, "unmounted", None),
                     Err(e) => {
                         tracing::warn!(activation = m.activation, "{e}");
@@ -286,7 +311,7 @@ impl Agent {
         for (id, mount) in self.held() {
             if !work.mounts.iter().any(|m| m.activation == id) {
                 tracing::info!(activation = id, mount, "no longer wanted: unmounting");
-                if let Err(e) = self.unmount(id, &mount) {
+                if let Err(e) = self.unmount(id, Path::new(&mount)) {
                     tracing::warn!(activation = id, "{e}");
                 }
                 self.reported.remove(&id);

@@ -7,6 +7,11 @@
 //! `spillway.conf` (for dwstat/dwcli: `SPILLWAY_CONFIG=DIR/spillway.conf`),
 //! `server.tunables`, `servers/sK/` (storage roots), `manager/` (database), `agent/`
 //! (descriptors), `mounts/` (mount root), `logs/`, `local.json` (ports and pids).
+//!
+//! `--extra-node NAME` starts one more agent per name, as another compute node of this
+//! machine: `agent-NAME.conf`, state in `agent-NAME/`, log `logs/agent-NAME.log`, and
+//! its mounts below `nodes/NAME/` (the agent's `mount_prefix`), so that the nodes of one
+//! session do not mount on top of each other.
 
 use crate::agent::api_client;
 use crate::cluster::{alive, free_port, is_mounted, stop_pid, unmount};
@@ -33,6 +38,15 @@ pub struct LocalSite {
     pub agent_pid: Option<i32>,
     pub node: String,
     pub servers: Vec<LocalServer>,
+    /// Agents of `--extra-node`: more compute nodes on this machine.
+    #[serde(default)]
+    pub extra_agents: Vec<LocalAgent>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct LocalAgent {
+    pub node: String,
+    pub pid: Option<i32>,
 }
 
 pub struct UpArgs {
@@ -51,6 +65,8 @@ pub struct UpArgs {
     /// manager.conf's `admin_group`: its members are admins (e.g. the SlurmUser's group,
     /// for dw_wlm_cli).
     pub admin_group: Option<String>,
+    /// More compute nodes on this machine, an agent each.
+    pub extra_nodes: Vec<String>,
 }
 
 /// `pfs_roots = ...` for manager.conf: absolute paths (resolved when they exist, as the
@@ -160,11 +176,17 @@ fn start_manager(dir: &Path) -> Result<i32, String> {
     )
 }
 
-fn start_agent(dir: &Path) -> Result<i32, String> {
-    let conf = dir.join("agent.conf");
+/// The part name of an extra node's agent (`kill`/`start`, its log).
+fn extra_agent_name(node: &str) -> String {
+    format!("agent-{node}")
+}
+
+/// Start the agent `name` (`agent`, or `agent-NODE` for an extra node) with its config.
+fn start_agent(dir: &Path, name: &str) -> Result<i32, String> {
+    let conf = dir.join(format!("{name}.conf"));
     spawn(
         dir,
-        "agent",
+        name,
         &["agent".as_ref(), "--config".as_ref(), conf.as_os_str()],
     )
 }
@@ -203,6 +225,14 @@ pub fn up(a: UpArgs) -> Result<(), String> {
     }
     if a.servers == 0 {
         return Err("--servers must be at least 1".into());
+    }
+    for n in &a.extra_nodes {
+        // The name becomes file names here.
+        if !spillway_api::valid_node_name(n) || *n == a.node {
+            return Err(format!(
+                "--extra-node {n:?}: a node name (A-Z a-z 0-9 _ . -, not starting with . or -) other than --node"
+            ));
+        }
     }
     for sub in ["logs", "servers", "manager", "agent", "mounts"] {
         std::fs::create_dir_all(dir.join(sub)).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -259,6 +289,20 @@ pub fn up(a: UpArgs) -> Result<(), String> {
             dir.join("agent").display()
         ),
     )?;
+    for n in &a.extra_nodes {
+        let name = extra_agent_name(n);
+        write(
+            &dir.join(format!("{name}.conf")),
+            &format!(
+                "# spillway local site: compute node {n} of this machine\n\
+                 manager_url = https://{manager_listen}\nca_file = {}\nnode = {n}\n\
+                 state_dir = {}\nmount_prefix = {}\n{munge_line}",
+                dir.join("tls/ca.pem").display(),
+                dir.join(&name).display(),
+                dir.join("nodes").join(n).display()
+            ),
+        )?;
+    }
     write(&dir.join("server.tunables"), &munge_line)?;
     let mut site = LocalSite {
         manager_listen,
@@ -266,6 +310,14 @@ pub fn up(a: UpArgs) -> Result<(), String> {
         agent_pid: None,
         node: a.node.clone(),
         servers: Vec::new(),
+        extra_agents: a
+            .extra_nodes
+            .iter()
+            .map(|n| LocalAgent {
+                node: n.clone(),
+                pid: None,
+            })
+            .collect(),
     };
     for k in 0..a.servers {
         let s = LocalServer {
@@ -284,7 +336,7 @@ pub fn up(a: UpArgs) -> Result<(), String> {
     save(dir, &site)?;
     wait_manager(dir, site.manager_pid.unwrap_or(0))?;
     if a.bare {
-        site.agent_pid = Some(start_agent(dir)?);
+        start_agents(dir, &mut site)?;
         save(dir, &site)?;
         println!(
             "local site up (bare: no pool, no nodes) in {}",
@@ -333,7 +385,7 @@ pub fn up(a: UpArgs) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    site.agent_pid = Some(start_agent(dir)?);
+    start_agents(dir, &mut site)?;
     save(dir, &site)?;
     println!("local site up in {}", dir.display());
     println!("  manager  https://{}", site.manager_listen);
@@ -341,6 +393,14 @@ pub fn up(a: UpArgs) -> Result<(), String> {
         println!("  {}  {}  {}", s.name, s.listen, s.root.display());
     }
     println!("  agent    node {}", site.node);
+    for x in &site.extra_agents {
+        println!(
+            "  {}  node {}, mounts below {}",
+            extra_agent_name(&x.node),
+            x.node,
+            dir.join("nodes").join(&x.node).display()
+        );
+    }
     println!(
         "use it: export SPILLWAY_CONFIG={}/spillway.conf; dwstat most",
         dir.display()
@@ -348,12 +408,26 @@ pub fn up(a: UpArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Stop one part (`manager`, `agent`, `serverK`) with `signal`.
+/// The agent of this machine, then those of the extra nodes.
+fn start_agents(dir: &Path, site: &mut LocalSite) -> Result<(), String> {
+    site.agent_pid = Some(start_agent(dir, "agent")?);
+    for x in &mut site.extra_agents {
+        x.pid = Some(start_agent(dir, &extra_agent_name(&x.node))?);
+    }
+    Ok(())
+}
+
+/// Stop one part (`manager`, `agent`, `agent-NODE`, `serverK`) with `signal`.
 pub fn kill(dir: &Path, what: &str, signal: i32) -> Result<(), String> {
     let mut site = load(dir)?;
+    let extra = site
+        .extra_agents
+        .iter_mut()
+        .find(|x| extra_agent_name(&x.node) == what);
     let pid = match what {
         "manager" => site.manager_pid.take(),
         "agent" => site.agent_pid.take(),
+        _ if extra.is_some() => extra.and_then(|x| x.pid.take()),
         name => site
             .servers
             .iter_mut()
@@ -386,7 +460,18 @@ pub fn start(dir: &Path, what: &str) -> Result<(), String> {
             if site.agent_pid.is_some_and(alive) {
                 return Err("the agent is running".into());
             }
-            site.agent_pid = Some(start_agent(dir)?);
+            site.agent_pid = Some(start_agent(dir, "agent")?);
+        }
+        name if name.starts_with("agent-") => {
+            let x = site
+                .extra_agents
+                .iter_mut()
+                .find(|x| extra_agent_name(&x.node) == name)
+                .ok_or_else(|| format!("no part {name:?} (no such --extra-node)"))?;
+            if x.pid.is_some_and(alive) {
+                return Err(format!("{name} is running"));
+            }
+            x.pid = Some(start_agent(dir, name)?);
         }
         name => {
             let i = site
@@ -403,31 +488,47 @@ pub fn start(dir: &Path, what: &str) -> Result<(), String> {
     save(dir, &site)
 }
 
-pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {
-    let site = load(dir)?;
-    // The agent first, so it does not remount what we take down.
-    if let Some(pid) = site.agent_pid {
-        stop_pid(pid, libc::SIGTERM);
-    }
-    // Mounts the agent left.
-    let agent_dir = dir.join("agent");
-    if let Ok(rd) = std::fs::read_dir(&agent_dir) {
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(id) = name
-                .strip_prefix("activation-")
-                .and_then(|r| r.strip_suffix(".mount"))
-            {
-                if let Ok(m) = std::fs::read_to_string(e.path()) {
-                    let pid = agent_dir.join(format!("activation-{id}.pid"));
-                    if is_mounted(Path::new(&m)) {
-                        if let Err(err) = unmount(Path::new(&m), Some(&pid)) {
-                            eprintln!("spillway: {m}: {err}");
-                        }
+/// Unmount what an agent left mounted (its state directory records each mount point).
+fn unmount_left(agent_dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(agent_dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(id) = name
+            .strip_prefix("activation-")
+            .and_then(|r| r.strip_suffix(".mount"))
+        {
+            if let Ok(m) = std::fs::read_to_string(e.path()) {
+                let pid = agent_dir.join(format!("activation-{id}.pid"));
+                if is_mounted(Path::new(&m)) {
+                    if let Err(err) = unmount(Path::new(&m), Some(&pid)) {
+                        eprintln!("spillway: {m}: {err}");
                     }
                 }
             }
         }
+    }
+}
+
+pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {
+    let site = load(dir)?;
+    // The agents first, so they do not remount what we take down.
+    let agents = std::iter::once(("agent".to_string(), site.agent_pid)).chain(
+        site.extra_agents
+            .iter()
+            .map(|x| (extra_agent_name(&x.node), x.pid)),
+    );
+    let mut agent_dirs = Vec::new();
+    for (name, pid) in agents {
+        if let Some(pid) = pid {
+            stop_pid(pid, libc::SIGTERM);
+        }
+        agent_dirs.push(dir.join(name));
+    }
+    // Mounts the agents left.
+    for agent_dir in &agent_dirs {
+        unmount_left(agent_dir);
     }
     if let Some(pid) = site.manager_pid {
         stop_pid(pid, libc::SIGTERM);

@@ -76,6 +76,11 @@ enum Cmd {
         /// they are answered ENOTSUP.
         #[arg(long)]
         manager_config: Option<PathBuf>,
+        /// Show this directory of the instance as the mount's root, creating it (with
+        /// the owner, group and mode of the instance's root) if missing: a private
+        /// mount's `/.spillway-private/<node>`.
+        #[arg(long)]
+        root_dir: Option<String>,
     },
     /// Unmount a Spillway mount (the client process then exits).
     Umount { mountpoint: PathBuf },
@@ -195,6 +200,10 @@ enum LocalCmd {
         /// SlurmUser's, so that dw_wlm_cli may drive jobs.
         #[arg(long)]
         admin_group: Option<String>,
+        /// One more compute node on this machine (repeatable): an agent of its own,
+        /// mounting below DIR/nodes/NAME.
+        #[arg(long = "extra-node", value_name = "NAME")]
+        extra_node: Vec<String>,
     },
     /// Unmount what the agent mounted, stop everything and (unless --keep-data)
     /// remove DIR.
@@ -304,6 +313,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             bare,
             pfs_root,
             admin_group,
+            extra_node,
         } => local::up(local::UpArgs {
             dir,
             servers,
@@ -316,6 +326,7 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
             bare,
             pfs_roots: pfs_root,
             admin_group,
+            extra_nodes: extra_node,
         }),
         LocalCmd::Down { dir, keep_data } => local::down(&dir, keep_data),
         LocalCmd::Kill { dir, what, signal } => {
@@ -361,8 +372,12 @@ fn run(cli: Cli) -> Result<(), String> {
             pidfile,
             tunables,
             manager_config,
+            root_dir,
         } => {
             let desc = InstanceDescriptor::load(&instance).map_err(|e| e.to_string())?;
+            if let Some(d) = &root_dir {
+                spillway_client::root::parse_root_dir(d)?;
+            }
             let tunables = load_tunables(&tunables)?;
             let manager = match &manager_config {
                 Some(p) => Some(spillway_api::config::ClientConfig::load(p)?),
@@ -398,6 +413,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 origin,
                 ready: notify,
                 manager,
+                root_dir,
             });
             if let Err(e) = &result {
                 // A detached parent still waiting sees the pipe close and points at

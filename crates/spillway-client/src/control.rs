@@ -14,7 +14,8 @@
 //! `MAX_IN_FLIGHT` at once, beyond that `-EAGAIN`), each bounded by the HTTP client's
 //! timeout, and a reply dropped by a failing thread is answered EIO by fuser.
 
-use fuser::{INodeNo as FuseIno, Notifier, ReplyIoctl};
+use crate::root::MountRoot;
+use fuser::{Notifier, ReplyIoctl};
 use serde_json::{json, Value};
 use spillway_api::{ApiClient, ApiError};
 use spillway_stubs::Instance;
@@ -550,6 +551,9 @@ pub struct Control {
     in_flight: AtomicUsize,
     /// The kernel's caches, to drop what they remember of files the servers create.
     notifier: Option<Arc<OnceLock<Notifier>>>,
+    /// The directory the mount shows as its root: the paths of requests are mount
+    /// paths (what follows the mount point), the manager's are instance paths.
+    root: MountRoot,
 }
 
 /// Counts one request in flight for as long as it lives (a panicking thread too).
@@ -573,7 +577,14 @@ impl Control {
             inst,
             in_flight: AtomicUsize::new(0),
             notifier: None,
+            root: MountRoot::instance(),
         }
+    }
+
+    /// A mount of one directory of the instance (a private mount; root.rs).
+    pub fn with_root(mut self, root: MountRoot) -> Control {
+        self.root = root;
+        self
     }
 
     /// Tell the kernel to forget entries of files stages create (see `forget_entry`).
@@ -585,7 +596,7 @@ impl Control {
     /// The servers create a stage-in's files behind this client's back: a lookup of
     /// such a name made before it existed left a negative entry in the kernel (for the
     /// entry lifetime), which would hide the staged file. Drop the kernel's entry of
-    /// `path` (an instance path) if its directory can be found; failures are harmless.
+    /// `path` (a mount path) if its directory can be found; failures are harmless.
     fn forget_entry(&self, path: &str) {
         let Some(n) = self.notifier.as_ref().and_then(|n| n.get()) else {
             return;
@@ -594,14 +605,14 @@ impl Control {
         let Some((leaf, dirs)) = names.split_last() else {
             return;
         };
-        let mut dir = spillway_types::ROOT_INODE;
+        let mut dir = self.root.ino();
         for d in dirs {
             match self.inst.lookup_entry(dir, d.as_bytes()) {
                 Ok(Some(e)) => dir = e.ino,
                 _ => return,
             }
         }
-        let _ = n.inval_entry(FuseIno(dir.0), OsStr::from_bytes(leaf.as_bytes()));
+        let _ = n.inval_entry(self.root.fuse(dir), OsStr::from_bytes(leaf.as_bytes()));
     }
 
     /// The FUSE `ioctl` of the mount. `ino`: the inode the ioctl was made on (its
@@ -648,11 +659,12 @@ impl Control {
         }
     }
 
-    /// Serve one request (on a thread of its own).
+    /// Serve one request (on a thread of its own). Its paths are mount paths.
     pub fn handle(&self, uid: u32, ino: InodeNo, req: &Request) -> Answer {
         if let Request::Accounting = req {
             return self.accounting(ino);
         }
+        let at = |p: &String| self.root.inst_path(p);
         let Some(m) = self.manager.as_deref() else {
             return Answer::err(
                 Errno(libc::ENOTSUP),
@@ -666,7 +678,14 @@ impl Control {
                 when,
                 pairs,
             } => {
-                let a = self.stage(m, uid, *direction, *kind, *when, pairs);
+                let inst_pairs: Vec<(String, String)> = pairs
+                    .iter()
+                    .map(|(s, d)| match direction {
+                        Direction::In => (s.clone(), at(d)),
+                        Direction::Out => (at(s), d.clone()),
+                    })
+                    .collect();
+                let a = self.stage(m, uid, *direction, *kind, *when, &inst_pairs);
                 if a.is_ok() && *direction == Direction::In && *kind != StageKind::Directory {
                     for (_, dst) in pairs.iter().take(FORGET_MAX) {
                         self.forget_entry(dst);
@@ -674,13 +693,13 @@ impl Control {
                 }
                 a
             }
-            Request::Counts { scope, path } => self.counts(m, *scope, path, None),
+            Request::Counts { scope, path } => self.counts(m, *scope, &at(path), None),
             Request::Wait {
                 scope,
                 path,
                 timeout_ms,
             } => {
-                let a = self.wait(m, *scope, path, *timeout_ms);
+                let a = self.wait(m, *scope, &at(path), *timeout_ms);
                 if a.is_ok() && *scope == Scope::File {
                     self.forget_entry(path);
                 }
@@ -690,7 +709,7 @@ impl Control {
                 action,
                 scope,
                 path,
-            } => self.action(m, uid, *action, *scope, path),
+            } => self.action(m, uid, *action, *scope, &at(path)),
             Request::Concurrency { value } => self.concurrency(m, *value),
             Request::Failures { after } => self.failures(m, after),
             Request::Accounting => return self.accounting(ino),
@@ -887,12 +906,21 @@ impl Control {
         Ok(Answer::ok(vec![dec(int(&v, "stage_concurrency")?)]))
     }
 
+    /// Failed files of the instance after the mount path `after` ("": from the start),
+    /// in path order. A mount of one directory answers only the failures below it:
+    /// they are one run in path order (every path that starts with `dir/`), from the
+    /// cursor `dir/` to the first path that does not start with it.
     fn failures(&self, m: &dyn Rest, after: &str) -> Result<Answer, Answer> {
+        let cursor = match (after, self.root.is_instance_root()) {
+            ("", true) => String::new(),
+            ("", false) => format!("{}/", self.root.path()),
+            (a, _) => self.root.inst_path(a),
+        };
         let v = m
             .get(&format!(
                 "/dw/v1/instances/{}/stage_failures?after={}&limit={FAILURES_PAGE}",
                 self.instance,
-                query_escape(after)
+                query_escape(&cursor)
             ))
             .map_err(api_answer)?;
         let list = v.get("failures").and_then(Value::as_array).ok_or_else(|| {
@@ -909,6 +937,11 @@ impl Control {
         for f in list {
             let Some(path) = f.get("path").and_then(Value::as_str) else {
                 continue;
+            };
+            let Some(path) = self.root.mount_path(path) else {
+                // Past the mount's directory: nothing further is ours.
+                more = false;
+                break;
             };
             if path.contains('\0') {
                 continue;

@@ -9,6 +9,7 @@
 
 use crate::control::Control;
 use crate::nodes::{Node, OpenFile, Tables};
+use crate::root::MountRoot;
 use crate::writeback::WriteBack;
 use fuser::{
     FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -18,7 +19,7 @@ use fuser::{
 };
 use spillway_stubs::Instance;
 use spillway_types::tunables::{MAX_NAME_LEN, MAX_SYMLINK_LEN};
-use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec, Tunables, ROOT_INODE};
+use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec, Tunables};
 use spillway_wire::messages::{
     rename_flags, setattr, want, CreateReq, EntryRef, RenameReq, SetAttrReq,
 };
@@ -36,6 +37,9 @@ pub struct SpillwayFs {
     origin: std::path::PathBuf,
     /// libdatawarp's control channel (ioctl SPILLWAY_IOC_CALL).
     control: Arc<Control>,
+    /// The directory shown as the mount's root: every inode number crossing the FUSE
+    /// boundary goes through it (`ino` in, `fuse_ino` out).
+    root: MountRoot,
 }
 
 /// Asked by the kernel before every write; cached per inode (see `Node::capability`).
@@ -64,10 +68,6 @@ fn gone(e: Errno) -> Errno {
     } else {
         e
     }
-}
-
-fn ino(i: INodeNo) -> InodeNo {
-    InodeNo(i.0)
 }
 
 fn check_name(name: &OsStr) -> R<&[u8]> {
@@ -111,6 +111,7 @@ impl SpillwayFs {
         notifier: Arc<OnceLock<Notifier>>,
         origin: std::path::PathBuf,
         control: Arc<Control>,
+        root: MountRoot,
     ) -> SpillwayFs {
         SpillwayFs {
             inst,
@@ -119,7 +120,18 @@ impl SpillwayFs {
             notifier,
             origin,
             control,
+            root,
         }
+    }
+
+    /// The instance's inode for a node number the kernel sent (root.rs).
+    fn ino(&self, i: INodeNo) -> InodeNo {
+        self.root.inst(i)
+    }
+
+    /// The kernel's node number for an instance inode (root.rs).
+    fn fuse_ino(&self, i: InodeNo) -> INodeNo {
+        self.root.fuse(i)
     }
 
     /// Set one stripe parameter (size or width) of a file or directory.
@@ -224,7 +236,7 @@ impl SpillwayFs {
             None => a.size,
         };
         FileAttr {
-            ino: INodeNo(a.ino.0),
+            ino: self.fuse_ino(a.ino),
             size,
             blocks: size.div_ceil(512),
             atime: a.atime.to_system_time(),
@@ -396,7 +408,7 @@ impl SpillwayFs {
             // Another client changed the file: make the kernel fetch size and times
             // again (its page cache goes too, as we do not answer KEEP_CACHE).
             if let Some(n) = self.notifier.get() {
-                let _ = n.inval_inode(INodeNo(i.0), -1, 0);
+                let _ = n.inval_inode(self.fuse_ino(i), -1, 0);
             }
         }
         let fh = self.t.new_fh();
@@ -748,7 +760,7 @@ impl Filesystem for SpillwayFs {
         // The root must exist: fail the mount now rather than every call later.
         let root = self
             .inst
-            .getattr(ROOT_INODE)
+            .getattr(self.root.ino())
             .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
         self.t.remember(&root, true);
         Ok(())
@@ -759,7 +771,7 @@ impl Filesystem for SpillwayFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let parent = ino(parent);
+        let parent = self.ino(parent);
         let n = name.as_bytes();
         if let Some((a, ttl)) =
             self.t
@@ -789,14 +801,14 @@ impl Filesystem for SpillwayFs {
     }
 
     fn forget(&self, _req: &Request, i: INodeNo, nlookup: u64) {
-        self.t.forget(ino(i), nlookup);
+        self.t.forget(self.ino(i), nlookup);
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        if let Some((a, ttl)) = self.t.fresh_attr(ino(i), self.tun.attr_ttl) {
+        if let Some((a, ttl)) = self.t.fresh_attr(self.ino(i), self.tun.attr_ttl) {
             return reply.attr(&ttl, &self.fuse_attr(&a));
         }
-        self.reply_attr(reply, self.inst.getattr(ino(i)).map_err(gone));
+        self.reply_attr(reply, self.inst.getattr(self.ino(i)).map_err(gone));
     }
 
     fn setattr(
@@ -818,7 +830,7 @@ impl Filesystem for SpillwayFs {
         reply: ReplyAttr,
     ) {
         let mut valid = 0;
-        let mut req = SetAttrReq::of(ino(i));
+        let mut req = SetAttrReq::of(self.ino(i));
         if let Some(m) = mode {
             valid |= setattr::MODE;
             req.mode = m & 0o7777;
@@ -842,11 +854,11 @@ impl Filesystem for SpillwayFs {
             req.ctime = Timespec::from_system_time(c);
         }
         req.valid = valid;
-        self.reply_attr(reply, self.do_setattr(ino(i), req).map_err(gone));
+        self.reply_attr(reply, self.do_setattr(self.ino(i), req).map_err(gone));
     }
 
     fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
-        Self::data(reply, self.inst.read_link(ino(i)));
+        Self::data(reply, self.inst.read_link(self.ino(i)));
     }
 
     fn mknod(
@@ -861,7 +873,7 @@ impl Filesystem for SpillwayFs {
     ) {
         let r = match FileKind::from_mode(mode) {
             Some(FileKind::Directory) | Some(FileKind::Symlink) | None => Err(Errno::EINVAL),
-            Some(kind) => self.make(req, ino(parent), name, kind, mode, rdev, &[], false),
+            Some(kind) => self.make(req, self.ino(parent), name, kind, mode, rdev, &[], false),
         };
         self.reply_entry(reply, r);
     }
@@ -877,7 +889,7 @@ impl Filesystem for SpillwayFs {
     ) {
         let r = self.make(
             req,
-            ino(parent),
+            self.ino(parent),
             name,
             FileKind::Directory,
             mode,
@@ -889,14 +901,14 @@ impl Filesystem for SpillwayFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.do_unlink(ino(parent), name);
-        self.t.forget_entry(ino(parent), name.as_bytes());
+        let r = self.do_unlink(self.ino(parent), name);
+        self.t.forget_entry(self.ino(parent), name.as_bytes());
         Self::empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.do_rmdir(ino(parent), name);
-        self.t.forget_entry(ino(parent), name.as_bytes());
+        let r = self.do_rmdir(self.ino(parent), name);
+        self.t.forget_entry(self.ino(parent), name.as_bytes());
         Self::empty(reply, r);
     }
 
@@ -914,7 +926,7 @@ impl Filesystem for SpillwayFs {
         } else {
             self.make(
                 req,
-                ino(parent),
+                self.ino(parent),
                 link_name,
                 FileKind::Symlink,
                 0o777,
@@ -946,9 +958,9 @@ impl Filesystem for SpillwayFs {
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
             f |= rename_flags::EXCHANGE;
         }
-        let r = self.do_rename(ino(parent), name, ino(newparent), newname, f);
-        self.t.forget_entry(ino(parent), name.as_bytes());
-        self.t.forget_entry(ino(newparent), newname.as_bytes());
+        let r = self.do_rename(self.ino(parent), name, self.ino(newparent), newname, f);
+        self.t.forget_entry(self.ino(parent), name.as_bytes());
+        self.t.forget_entry(self.ino(newparent), newname.as_bytes());
         Self::empty(reply, r);
     }
 
@@ -960,12 +972,12 @@ impl Filesystem for SpillwayFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self.do_link(ino(i), ino(newparent), newname);
+        let r = self.do_link(self.ino(i), self.ino(newparent), newname);
         self.reply_entry(reply, r);
     }
 
     fn open(&self, _req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.open_file(ino(i), flags.0 as u32, None) {
+        match self.open_file(self.ino(i), flags.0 as u32, None) {
             Ok((fh, f)) => reply.opened(FileHandle(fh), f),
             Err(e) => reply.error(fe(e)),
         }
@@ -982,7 +994,7 @@ impl Filesystem for SpillwayFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        Self::data(reply, self.do_read(ino(i), offset, size));
+        Self::data(reply, self.do_read(self.ino(i), offset, size));
     }
 
     fn write(
@@ -997,7 +1009,7 @@ impl Filesystem for SpillwayFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.do_write(ino(i), offset, data) {
+        match self.do_write(self.ino(i), offset, data) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(fe(e)),
         }
@@ -1011,7 +1023,7 @@ impl Filesystem for SpillwayFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let r = match self.t.writeback(ino(i)) {
+        let r = match self.t.writeback(self.ino(i)) {
             Some(wb) => wb.flush().map(|a| self.note_flushed(a)),
             None => Ok(()),
         };
@@ -1039,9 +1051,9 @@ impl Filesystem for SpillwayFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = match self.t.writeback(ino(i)) {
+        let r = match self.t.writeback(self.ino(i)) {
             Some(wb) => wb.fsync().map(|a| self.note_flushed(a)),
-            None => self.inst.sync_meta(ino(i)),
+            None => self.inst.sync_meta(self.ino(i)),
         };
         Self::empty(reply, r);
     }
@@ -1063,7 +1075,7 @@ impl Filesystem for SpillwayFs {
     ) {
         if offset == 0 {
             // The first call, or a rewind: list what is there now.
-            match self.inst.read_dir(ino(i), self.tun.readdir_page) {
+            match self.inst.read_dir(self.ino(i), self.tun.readdir_page) {
                 Ok(entries) => {
                     self.t.dirs().insert(fh.0, entries);
                 }
@@ -1074,6 +1086,8 @@ impl Filesystem for SpillwayFs {
         let Some(entries) = dirs.get(&fh.0) else {
             return reply.error(fuser::Errno::EBADF);
         };
+        // `..` carries the directory's own number: the kernel resolves `..` itself,
+        // and at the mount root (node 1) nothing above the root is ever named.
         let dots = [(b".".as_slice(), i), (b"..".as_slice(), i)];
         let total = entries.len() as u64 + 2;
         let mut pos = offset;
@@ -1084,7 +1098,7 @@ impl Filesystem for SpillwayFs {
             } else {
                 let e = &entries[(pos - 2) as usize];
                 reply.add(
-                    INodeNo(e.entry.ino.0),
+                    self.fuse_ino(e.entry.ino),
                     pos + 1,
                     file_type(e.entry.kind),
                     OsStr::from_bytes(&e.name),
@@ -1118,7 +1132,7 @@ impl Filesystem for SpillwayFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(reply, self.inst.sync_meta(ino(i)));
+        Self::empty(reply, self.inst.sync_meta(self.ino(i)));
     }
 
     fn statfs(&self, _req: &Request, _i: INodeNo, reply: ReplyStatfs) {
@@ -1156,16 +1170,19 @@ impl Filesystem for SpillwayFs {
             return reply.error(fuser::Errno::EPERM);
         }
         if n == STRIPE_SIZE_XATTR || n == STRIPE_WIDTH_XATTR {
-            return Self::empty(reply, self.set_stripe_param(ino(i), n, value));
+            return Self::empty(reply, self.set_stripe_param(self.ino(i), n, value));
         }
         if n.starts_with(b"system.") {
             // POSIX ACLs are not enforced here: refuse them rather than store them.
             return reply.error(fuser::Errno::EOPNOTSUPP);
         }
-        self.forget_capability(ino(i));
+        self.forget_capability(self.ino(i));
         // The change moves the inode's ctime on the server.
-        self.t.stale(ino(i));
-        Self::empty(reply, self.inst.set_xattr(ino(i), n, value, flags as u32));
+        self.t.stale(self.ino(i));
+        Self::empty(
+            reply,
+            self.inst.set_xattr(self.ino(i), n, value, flags as u32),
+        );
     }
 
     fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -1174,10 +1191,10 @@ impl Filesystem for SpillwayFs {
             return reply.error(fuser::Errno::ENODATA);
         }
         if n == LAYOUT_XATTR {
-            return Self::xattr_reply(reply, size, self.layout_json(ino(i)));
+            return Self::xattr_reply(reply, size, self.layout_json(self.ino(i)));
         }
         if n == STRIPE_SIZE_XATTR || n == STRIPE_WIDTH_XATTR {
-            let r = self.inst.getattr(ino(i)).map(|a| {
+            let r = self.inst.getattr(self.ino(i)).map(|a| {
                 let v = if n == STRIPE_SIZE_XATTR {
                     u64::from(a.stripe_size)
                 } else {
@@ -1188,13 +1205,13 @@ impl Filesystem for SpillwayFs {
             return Self::xattr_reply(reply, size, r);
         }
         if n == CAPABILITY_XATTR {
-            return Self::xattr_reply(reply, size, self.capability(ino(i)));
+            return Self::xattr_reply(reply, size, self.capability(self.ino(i)));
         }
-        Self::xattr_reply(reply, size, self.inst.get_xattr(ino(i), n));
+        Self::xattr_reply(reply, size, self.inst.get_xattr(self.ino(i), n));
     }
 
     fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
-        let r = self.inst.list_xattr(ino(i)).map(|names| {
+        let r = self.inst.list_xattr(self.ino(i)).map(|names| {
             let mut buf = Vec::new();
             for n in names {
                 buf.extend_from_slice(&n);
@@ -1214,9 +1231,9 @@ impl Filesystem for SpillwayFs {
         {
             return reply.error(fuser::Errno::EOPNOTSUPP);
         }
-        self.forget_capability(ino(i));
-        self.t.stale(ino(i));
-        Self::empty(reply, self.inst.remove_xattr(ino(i), n));
+        self.forget_capability(self.ino(i));
+        self.t.stale(self.ino(i));
+        Self::empty(reply, self.inst.remove_xattr(self.ino(i), n));
     }
 
     /// libdatawarp's control channel (control.rs): the caller's uid is the kernel's.
@@ -1232,7 +1249,7 @@ impl Filesystem for SpillwayFs {
         reply: ReplyIoctl,
     ) {
         self.control
-            .ioctl(req.uid(), ino(i), cmd, in_data, out_size, reply);
+            .ioctl(req.uid(), self.ino(i), cmd, in_data, out_size, reply);
     }
 
     fn create(
@@ -1247,7 +1264,7 @@ impl Filesystem for SpillwayFs {
     ) {
         let made = self.make(
             req,
-            ino(parent),
+            self.ino(parent),
             name,
             FileKind::Regular,
             mode,

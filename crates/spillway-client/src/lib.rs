@@ -8,12 +8,16 @@
 //! * `writeback`— the per-file write-back buffer (close-to-open: flushed at close/fsync).
 //! * `fs`       — the FUSE operations, each mapped onto the stubs.
 //! * `mount`    — mounting, the kernel connection's settings, and unmount on SIGTERM.
+//! * `root`     — which directory of the instance the mount shows as its root (private
+//!   mounts), and the translation of inode numbers and paths across the FUSE boundary.
 
 pub mod control;
 pub mod fs;
 pub mod mount;
 pub mod nodes;
+pub mod root;
 pub mod writeback;
 
 pub use mount::{mount_foreground, MountArgs};
+pub use root::MountRoot;
 pub use spillway_stubs::{instance, Instance};

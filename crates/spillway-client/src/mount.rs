@@ -3,6 +3,7 @@
 
 use crate::control::{Control, Rest};
 use crate::fs::SpillwayFs;
+use crate::root::MountRoot;
 use fuser::{Config, MountOption, Session, SessionACL};
 use spillway_api::config::ClientConfig;
 use spillway_api::ApiClient;
@@ -24,6 +25,10 @@ pub struct MountArgs {
     /// How to reach the manager for libdatawarp's control channel (`--manager-config`);
     /// None: the channel answers ENOTSUP.
     pub manager: Option<ClientConfig>,
+    /// The directory of the instance shown as the mount's root (`--root-dir`; a
+    /// private mount's `/.spillway-private/<node>`), created if missing; None: the
+    /// instance's root.
+    pub root_dir: Option<String>,
 }
 
 /// Longest a control request to the manager may take (a `wait` asks for up to 10 s).
@@ -65,14 +70,27 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
         )
     })?;
 
+    let root = match &args.root_dir {
+        Some(dir) => MountRoot::resolve(&inst, dir)?,
+        None => MountRoot::instance(),
+    };
+    if !root.is_instance_root() {
+        tracing::info!("the mount's root is {} ({})", root.path(), root.ino());
+    }
+
     let notifier = Arc::new(OnceLock::new());
-    let control = Arc::new(Control::new(inst.clone(), manager).with_notifier(notifier.clone()));
+    let control = Arc::new(
+        Control::new(inst.clone(), manager)
+            .with_notifier(notifier.clone())
+            .with_root(root.clone()),
+    );
     let fs = SpillwayFs::new(
         inst,
         args.tunables.clone(),
         notifier.clone(),
         args.origin.clone(),
         control,
+        root,
     );
     let mut config = Config::default();
     config.mount_options = vec![

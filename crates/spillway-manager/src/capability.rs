@@ -69,6 +69,7 @@ mod tests {
             capacity: 1,
             stripe_size: 4096,
             secret: vec![5; 32],
+            private: false,
         };
         let hex = credential(&w, "c1", &["10.0.0.7".into()], Duration::from_secs(3600)).unwrap();
         let bytes = spillway_types::descriptor::decode_hex(&hex).unwrap();

@@ -525,3 +525,74 @@ fn failures_page_and_cursor() {
     assert_eq!(a.fields.len(), 1 + 2 * 4);
     assert!(a.encode().len() <= IOC_LEN);
 }
+
+/// A private mount (root.rs): requests carry mount paths, the manager gets instance
+/// paths below the node's directory, and failures come back as mount paths, only the
+/// mount's own.
+#[test]
+fn a_private_mount_speaks_mount_paths() {
+    let dir = InodeNo((1 << 48) | 9);
+    let (c, fake) = control(|m, p, _| {
+        Ok(match (m, p) {
+            ("POST", _) => json!({"id": 3}),
+            ("GET", p) if p.contains("stage_failures") => json!({"failures": [
+                {"path": "/.spillway-private/c0/a", "errno": 2, "message": "m", "stage": 1},
+                {"path": "/.spillway-private/c0/d/b", "errno": 13, "message": "m", "stage": 1},
+                {"path": "/.spillway-private/c0x/z", "errno": 5, "message": "m", "stage": 2},
+            ], "more": true}),
+            _ => json!({"complete": 1, "pending": 0, "deferred": 0, "failed": 0, "started": true}),
+        })
+    });
+    let c = c.with_root(MountRoot::at(dir, "/.spillway-private/c0"));
+    let stage_in = decode_request(&msg(&["stage", "in", "file", "immediate", "/pfs/a", "/x"]));
+    assert_eq!(c.handle(1000, dir, &stage_in.unwrap()).result, 0);
+    let stage_out = decode_request(&msg(&["stage", "out", "list", "job_end", "/a", "/pfs/a"]));
+    assert_eq!(c.handle(1000, dir, &stage_out.unwrap()).result, 0);
+    let counts = Request::Counts {
+        scope: Scope::Tree,
+        path: "/".into(),
+    };
+    assert_eq!(c.handle(1000, dir, &counts).result, 0);
+    let first = c.handle(
+        1000,
+        dir,
+        &Request::Failures {
+            after: String::new(),
+        },
+    );
+    // The third failure is another directory's: the walk ends there.
+    assert_eq!(
+        first.fields,
+        vec![
+            b"0".to_vec(),
+            b"/a".to_vec(),
+            b"-2".to_vec(),
+            b"/d/b".to_vec(),
+            b"-13".to_vec()
+        ]
+    );
+    let next = c.handle(
+        1000,
+        dir,
+        &Request::Failures {
+            after: "/d/b".into(),
+        },
+    );
+    assert_eq!(next.result, 0);
+    let calls = fake.calls.lock().unwrap();
+    assert_eq!(calls[0].2["destination"], "/.spillway-private/c0/x");
+    assert_eq!(calls[0].2["source"], "/pfs/a");
+    assert_eq!(
+        calls[1].2["pairs"],
+        json!([{"source": "/.spillway-private/c0/a", "destination": "/pfs/a"}])
+    );
+    assert!(calls[2]
+        .1
+        .contains("stage_counts?path=/.spillway-private/c0&scope=tree"));
+    assert!(calls[3]
+        .1
+        .contains("stage_failures?after=/.spillway-private/c0/&limit="));
+    assert!(calls[4]
+        .1
+        .contains("stage_failures?after=/.spillway-private/c0/d/b&limit="));
+}

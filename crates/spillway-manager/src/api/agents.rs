@@ -114,10 +114,36 @@ pub async fn work(
 
 /// The agent's item for one activation: for a mount, the descriptor with a capability
 /// for this node.
+///
+/// A private configuration's mount shows the node's own directory of the instance,
+/// `/.spillway-private/<node>` (the client creates it at mount). Without a valid node
+/// name there is no such directory: the mount gets no descriptor (the agent reports a
+/// failure) rather than the whole instance.
 fn describe(w: &MountWork, node: &str, addrs: &[String], lifetime: Duration) -> AgentMount {
     if w.goal == Goal::Destroy {
         return unmount_item(w);
     }
+    let root_dir = if w.private {
+        match spillway_api::private_root_dir(node) {
+            Some(d) => Some(d),
+            None => {
+                tracing::error!(
+                    node,
+                    activation = w.activation,
+                    "no private directory for this node name"
+                );
+                return AgentMount {
+                    activation: w.activation,
+                    goal: w.goal,
+                    mount: w.mount.clone(),
+                    descriptor: None,
+                    root_dir: None,
+                };
+            }
+        }
+    } else {
+        None
+    };
     let Some(credential) = crate::capability::credential(w, node, addrs, lifetime) else {
         tracing::error!(node, activation = w.activation, "cannot mint a capability");
         return AgentMount {
@@ -125,6 +151,7 @@ fn describe(w: &MountWork, node: &str, addrs: &[String], lifetime: Duration) -> 
             goal: w.goal,
             mount: w.mount.clone(),
             descriptor: None,
+            root_dir,
         };
     };
     let d = spillway_types::InstanceDescriptor {
@@ -139,6 +166,7 @@ fn describe(w: &MountWork, node: &str, addrs: &[String], lifetime: Duration) -> 
         goal: w.goal,
         mount: w.mount.clone(),
         descriptor: Some(d.to_json()),
+        root_dir,
     }
 }
 
@@ -161,4 +189,42 @@ pub async fn report(
         Ok(Json(json!({"recorded": known})))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(private: bool) -> MountWork {
+        MountWork {
+            activation: 3,
+            goal: Goal::Create,
+            mount: "/m".into(),
+            instance: 9,
+            servers: vec!["127.0.0.1:7000".into()],
+            capacity: 1 << 30,
+            stripe_size: 4096,
+            secret: vec![5; 32],
+            private,
+        }
+    }
+
+    #[test]
+    fn private_mounts_get_the_nodes_directory_striped_ones_none() {
+        let addrs = ["10.0.0.7".to_string()];
+        let hour = Duration::from_secs(3600);
+        let m = describe(&work(true), "c1", &addrs, hour);
+        assert_eq!(m.root_dir.as_deref(), Some("/.spillway-private/c1"));
+        assert!(m.descriptor.is_some());
+        let m = describe(&work(false), "c1", &addrs, hour);
+        assert_eq!(m.root_dir, None);
+        assert!(m.descriptor.is_some());
+        // A name that cannot be a directory gets no mount at all, never the instance.
+        let m = describe(&work(true), ".hidden", &addrs, hour);
+        assert_eq!((m.root_dir, m.descriptor), (None, None));
+        // Unmounts need no root.
+        let mut w = work(true);
+        w.goal = Goal::Destroy;
+        assert_eq!(describe(&w, "c1", &addrs, hour).root_dir, None);
+    }
 }

@@ -487,9 +487,9 @@ impl Db {
                 c.kind.as_str()
             )));
         }
-        if c.access_mode != AccessMode::Stripe {
+        if !matches!(c.access_mode, AccessMode::Stripe | AccessMode::Private) {
             return Err(DbError::Invalid(format!(
-                "access mode {:?} is not supported yet (supported: stripe)",
+                "access mode {:?} is not supported yet (supported: stripe, private)",
                 c.access_mode.as_str()
             )));
         }
@@ -500,16 +500,26 @@ impl Db {
             )));
         }
         let tx = self.conn_mut().transaction()?;
-        let row: Option<(i64, String, i64)> = tx
+        let row: Option<(i64, String, i64, String)> = tx
             .query_row(
-                "SELECT session, goal, root_gid FROM instances WHERE id = ?1",
+                "SELECT i.session, i.goal, i.root_gid, s.token
+                 FROM instances i JOIN sessions s ON s.id = i.session WHERE i.id = ?1",
                 [c.instance as i64],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
             .optional()?;
-        let (session, goal, root_gid) =
+        let (session, goal, root_gid, token) =
             row.ok_or_else(|| DbError::NotFound(format!("no instance {}", c.instance)))?;
         owned_session(&tx, v, session as u64)?;
+        // DataWarp's rule: a private namespace per compute node is for the nodes of one
+        // job; a persistent instance (a named session) is shared by jobs.
+        if c.access_mode == AccessMode::Private && !token.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(DbError::Invalid(format!(
+                "access mode \"private\" is for job instances (numeric session tokens); \
+                 instance {} is persistent ({token:?}): use stripe",
+                c.instance
+            )));
+        }
         if goal != "create" {
             return Err(DbError::Conflict(format!(
                 "instance {} is being destroyed",

@@ -3,7 +3,7 @@
 
 use super::{now, Db, DbResult, FUSE_LIMIT};
 use rusqlite::params;
-use spillway_api::{AgentMount, AgentReport, Goal};
+use spillway_api::{AccessMode, AgentMount, AgentReport, Goal};
 
 /// Why a call to a server did not reach its goal. Only refusals count toward the fuse:
 /// an unreachable server is retried for as long as it takes (it goes offline after the
@@ -81,6 +81,9 @@ pub struct MountWork {
     pub capacity: u64,
     pub stripe_size: u32,
     pub secret: Vec<u8>,
+    /// The configuration's access mode is `private`: the node's mount shows its own
+    /// directory of the instance (`spillway_api::private_root_dir`).
+    pub private: bool,
 }
 
 impl Db {
@@ -414,7 +417,8 @@ impl Db {
         let rows: Vec<(MountWork, bool)> = {
             let mut st = self.conn().prepare_cached(
                 "SELECT a.id, a.goal, a.mount, i.id, i.bytes, i.stripe_size, i.secret,
-                        (c.actualized = 1 AND i.actualized = 1 AND a.failures < ?2)
+                        (c.actualized = 1 AND i.actualized = 1 AND a.failures < ?2),
+                        c.access_mode
                  FROM activations a JOIN activation_nodes n ON n.activation = a.id
                  JOIN configurations c ON c.id = a.configuration
                  JOIN instances i ON i.id = c.instance
@@ -435,6 +439,7 @@ impl Db {
                             capacity: r.get::<_, i64>(4)? as u64,
                             stripe_size: r.get::<_, i64>(5)? as u32,
                             secret: r.get(6)?,
+                            private: r.get::<_, String>(8)? == AccessMode::Private.as_str(),
                         },
                         r.get::<_, bool>(7)?,
                     ))
@@ -487,5 +492,6 @@ pub fn unmount_item(w: &MountWork) -> AgentMount {
         goal: w.goal,
         mount: w.mount.clone(),
         descriptor: None,
+        root_dir: None,
     }
 }

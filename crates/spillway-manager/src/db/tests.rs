@@ -271,3 +271,65 @@ fn refused_calls_blow_the_fuse_transient_ones_do_not() {
     assert!(db.fragment_work().unwrap().is_empty());
     assert!(db.fragment(Viewer::Admin, f).unwrap().state.fuse_blown);
 }
+
+fn configuration(db: &mut Db, instance: u64, access_mode: AccessMode) -> DbResult<Configuration> {
+    db.create_configuration(
+        Viewer::Admin,
+        &NewConfiguration {
+            instance,
+            kind: ConfigType::Scratch,
+            access_mode,
+            root_permissions: None,
+            group: None,
+        },
+    )
+}
+
+#[test]
+fn private_configurations_are_for_job_instances_and_say_so_to_the_agent() {
+    let mut db = db_with_nodes(&[("s0", 10 << 30)]);
+    // A persistent instance (a named session) is shared by jobs: no private mode.
+    let named = session(&mut db, "refdb", 1000);
+    let i = db.create_instance(Viewer::Admin, &plan(named, 1)).unwrap();
+    let e = configuration(&mut db, i.id, AccessMode::Private).unwrap_err();
+    assert!(
+        matches!(&e, DbError::Invalid(m) if m.contains("job instances")),
+        "{e:?}"
+    );
+    assert!(configuration(&mut db, i.id, AccessMode::Ldbal).is_err());
+    // A job's instance takes both: a striped and a private configuration.
+    let job = session(&mut db, "4242", 1000);
+    let i = db.create_instance(Viewer::Admin, &plan(job, 1)).unwrap();
+    let striped = configuration(&mut db, i.id, AccessMode::Stripe).unwrap();
+    let private = configuration(&mut db, i.id, AccessMode::Private).unwrap();
+    assert_eq!(private.access_mode, AccessMode::Private);
+    for c in [&striped, &private] {
+        db.create_activation(
+            Viewer::Admin,
+            &NewActivation {
+                session: job,
+                configuration: c.id,
+                mount: None,
+            },
+            "/mnt",
+        )
+        .unwrap();
+    }
+    for f in db.fragment_work().unwrap() {
+        db.record_fragment(f.fragment, Ok(())).unwrap();
+    }
+    db.advance().unwrap();
+    for cw in db.config_work().unwrap() {
+        db.record_config(cw.configuration, Ok(())).unwrap();
+    }
+    db.advance().unwrap();
+    let w = db.mount_work("c1").unwrap();
+    let private_of = |suffix: String| {
+        w.iter()
+            .find(|m| m.mount.ends_with(&suffix))
+            .map(|m| m.private)
+    };
+    assert_eq!(w.len(), 2);
+    assert_eq!(private_of(format!("-c{}", striped.id)), Some(false));
+    assert_eq!(private_of(format!("-c{}", private.id)), Some(true));
+}
