@@ -315,3 +315,42 @@ def test_persistent_instance_created_used_and_destroyed(wlm, site, pfs, user, as
     # ... until a #BB destroy_persistent job tears it down.
     status, out = wlm("--function", "teardown", "--token", "jobsdb", "--job", script, check=0)
     nothing_left(site)
+
+
+def test_private_access_gives_each_node_its_own_namespace(spillway_bin, munged, _local_base, pfs, user):
+    """access_mode=striped,private on two compute nodes (a second agent on this machine):
+    DW_JOB_PRIVATE and DW_JOB_STRIPED both set; what the script writes to the private
+    mount lands in this node's own namespace, seen through the striped mount."""
+    d = tempfile.mkdtemp(prefix="site2-", dir=_local_base)
+    os.chmod(d, 0o755)
+    s = LocalSite(spillway_bin, d, munged, servers=2, pfs_roots=[pfs], node=NODE,
+                  extra_nodes=["compute1"])
+    s.up()
+    try:
+        base = user_dir(pfs, user, "private")
+        script = f"""#!/bin/bash
+#DW jobdw type=scratch access_mode=striped,private capacity=1GiB
+#DW stage_out type=directory source=$DW_JOB_STRIPED/.spillway-private destination={base}/private
+set -e
+echo "private=$DW_JOB_PRIVATE striped=$DW_JOB_STRIPED"
+echo mine > $DW_JOB_PRIVATE/note
+test ! -e $DW_JOB_STRIPED/note
+"""
+        path = os.path.join(base, "job.sh")
+        with open(path, "w") as f:
+            f.write(script)
+        env = dict(os.environ, SPILLWAY_CONFIG=s.config)
+        r = subprocess.run([spillway_bin, "run", "--user", user.name, "--nodes", f"{NODE},compute1",
+                            "--chdir", base, path], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        m = re.search(r"private=(\S+) striped=(\S+)", r.stdout)
+        assert m and m.group(1).endswith("_private_scratch/") and m.group(2).endswith("_striped_scratch/"), r.stdout
+        assert "mounted 2 instance(s) on 2 node(s)" in r.stdout, r.stdout
+        # The script ran on this node (compute0): its note is in compute0's namespace;
+        # compute1's namespace exists (mounted there) and is empty.
+        assert open(os.path.join(base, "private", NODE, "note")).read() == "mine\n"
+        assert os.listdir(os.path.join(base, "private", "compute1")) == []
+        nothing_left(s)
+    finally:
+        s.down()
+        shutil.rmtree(d, ignore_errors=True)

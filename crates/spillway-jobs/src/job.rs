@@ -210,11 +210,6 @@ fn unsupported_access(c: &str, a: AccessModes) -> Option<String> {
             "{c}: access_mode=ldbal (load-balanced read-only replicas) is not supported yet; use striped"
         ));
     }
-    if a.private {
-        return Some(format!(
-            "{c}: access_mode=private (a namespace per compute node) is not supported yet; use striped and a directory per node"
-        ));
-    }
     None
 }
 
@@ -288,6 +283,11 @@ fn instance_side(spec: &JobSpec, c: &str, key: &str, v: &str) -> Result<Instance
     }
     let target = if var == "DW_JOB_STRIPED" {
         match &spec.instance {
+            Some(i) if i.spec.access.private && !i.spec.access.striped => {
+                return Err(format!(
+                    "{c}: {key}={v} names $DW_JOB_STRIPED, but the job instance is private only (ask for access_mode=striped,private to stage)"
+                ))
+            }
             Some(_) => Target::JobStriped,
             None => {
                 return Err(format!(

@@ -154,6 +154,23 @@ fn how_directives_fit_together() {
         2,
         "ldbal",
     );
+    refused("#!/bin/sh\n#DW jobdw access_mode=private capacity=1G\n#DW stage_in type=file source=/a destination=$DW_JOB_STRIPED/a\n", 3, "private only");
+}
+
+#[test]
+fn private_access_is_accepted_alone_or_with_striped() {
+    for (modes, striped) in [
+        ("private", false),
+        ("striped,private", true),
+        ("private,striped", true),
+    ] {
+        let j = parse(&format!(
+            "#!/bin/sh\n#DW jobdw access_mode={modes} capacity=1G\n"
+        ))
+        .unwrap();
+        let a = j.instance.unwrap().spec.access;
+        assert!(a.private && a.striped == striped, "{modes}");
+    }
 }
 
 mod fuzz {

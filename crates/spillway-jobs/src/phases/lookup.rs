@@ -2,7 +2,7 @@
 
 use super::{PhaseError, PhaseResult};
 use serde::Deserialize;
-use spillway_api::{ApiClient, Configuration, Goal, Instance, Session};
+use spillway_api::{AccessMode, ApiClient, Configuration, Goal, Instance, Session};
 
 #[derive(Deserialize)]
 struct Sessions {
@@ -26,12 +26,12 @@ pub fn find_session(api: &ApiClient, token: &str) -> PhaseResult<Option<Session>
     Ok(found)
 }
 
-/// A job's session with its instance and that instance's configuration (none for
+/// A job's session with its instance and that instance's configurations (none for
 /// jobs that only use persistent instances).
 pub struct Job {
     pub session: Session,
     pub instance: Option<Instance>,
-    pub configuration: Option<Configuration>,
+    pub configurations: Vec<Configuration>,
 }
 
 impl Job {
@@ -42,18 +42,20 @@ impl Job {
             Some(id) => Some(api.get::<Instance>(&format!("/dw/v1/instances/{id}"))?),
             None => None,
         };
-        let configuration = match instance
-            .as_ref()
-            .and_then(|i| i.links.configurations.first())
-        {
-            Some(id) => Some(api.get::<Configuration>(&format!("/dw/v1/configurations/{id}"))?),
-            None => None,
-        };
+        let mut configurations = Vec::new();
+        for id in instance.iter().flat_map(|i| &i.links.configurations) {
+            configurations.push(api.get::<Configuration>(&format!("/dw/v1/configurations/{id}"))?);
+        }
         Ok(Job {
             session,
             instance,
-            configuration,
+            configurations,
         })
+    }
+
+    /// The job instance's configuration of this access mode.
+    pub fn configuration(&self, mode: AccessMode) -> Option<&Configuration> {
+        self.configurations.iter().find(|c| c.access_mode == mode)
     }
 }
 

@@ -13,7 +13,9 @@ use super::lookup::{Job, PersistentUse};
 use super::{wait_for, PhaseError, PhaseResult, STORAGE_WAIT};
 use crate::job::JobSpec;
 use serde::Deserialize;
-use spillway_api::{Activation, ApiClient, ApiError, Goal, NewActivation, Session, SessionUpdate};
+use spillway_api::{
+    AccessMode, Activation, ApiClient, ApiError, Goal, NewActivation, Session, SessionUpdate,
+};
 
 /// Which of a job's mounts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,10 +137,16 @@ pub fn pre_run(
     for (kind, _) in mounts(spec) {
         let configuration = match &kind {
             MountKind::JobStriped | MountKind::JobPrivate => {
-                job.configuration.as_ref().map(|c| c.id).ok_or_else(|| {
+                let mode = if kind == MountKind::JobStriped {
+                    AccessMode::Stripe
+                } else {
+                    AccessMode::Private
+                };
+                job.configuration(mode).map(|c| c.id).ok_or_else(|| {
                     PhaseError::Failed(format!(
-                        "session {} has no job instance configuration (was setup run?)",
-                        session.id
+                        "session {} has no {} configuration of its instance (was setup run?)",
+                        session.id,
+                        mode.as_str()
                     ))
                 })?
             }

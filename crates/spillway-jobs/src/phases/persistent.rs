@@ -62,7 +62,7 @@ pub fn create_persistent(api: &ApiClient, p: &NewPersistent) -> PhaseResult<Stri
             },
         )?,
     };
-    let configuration = match job.configuration {
+    let configuration = match job.configurations.into_iter().next() {
         Some(c) => c,
         None => api.post::<_, Configuration>(
             "/dw/v1/configurations",

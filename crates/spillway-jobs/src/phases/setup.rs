@@ -40,7 +40,7 @@ pub fn setup(api: &ApiClient, spec: &JobSpec, req: &SetupRequest) -> PhaseResult
         _ => (ji.spec.pool.clone(), ji.spec.capacity),
     };
     let job = Job::find(api, &req.token)?;
-    let instance = match job.instance {
+    let instance = match job.instance.clone() {
         Some(i) => i,
         None => api.post::<_, Instance>(
             "/dw/v1/instances",
@@ -57,26 +57,38 @@ pub fn setup(api: &ApiClient, spec: &JobSpec, req: &SetupRequest) -> PhaseResult
             },
         )?,
     };
-    let configuration = match job.configuration {
-        Some(c) => c,
-        None => api.post::<_, Configuration>(
-            "/dw/v1/configurations",
-            &NewConfiguration {
-                instance: instance.id,
-                kind: ConfigType::Scratch,
-                access_mode: if ji.spec.access.striped || !ji.spec.access.private {
-                    AccessMode::Stripe
-                } else {
-                    AccessMode::Private
+    // A configuration per access mode asked for: striped (one namespace), private (one
+    // per compute node); both may be asked for at once.
+    let mut modes = Vec::new();
+    if ji.spec.access.striped || !ji.spec.access.private {
+        modes.push(AccessMode::Stripe);
+    }
+    if ji.spec.access.private {
+        modes.push(AccessMode::Private);
+    }
+    let mut confs = Vec::new();
+    for mode in modes {
+        let c = match job.configuration(mode) {
+            Some(c) => c.clone(),
+            None => api.post::<_, Configuration>(
+                "/dw/v1/configurations",
+                &NewConfiguration {
+                    instance: instance.id,
+                    kind: ConfigType::Scratch,
+                    access_mode: mode,
+                    root_permissions: None,
+                    group: Some(req.group),
                 },
-                root_permissions: None,
-                group: Some(req.group),
-            },
-        )?,
-    };
+            )?,
+        };
+        confs.push(format!("{} {}", mode.as_str(), c.id));
+    }
     said.push_str(&format!(
         ": instance {} of {} bytes in pool {}, configuration {}",
-        instance.id, instance.capacity.bytes, instance.pool, configuration.id
+        instance.id,
+        instance.capacity.bytes,
+        instance.pool,
+        confs.join(", ")
     ));
     let mut owed = 0;
     for s in spec
