@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Spillway end to end, on one machine: a local site (the manager over HTTPS with MUNGE,
-# 2 storage servers, an agent for this machine), a persistent instance created with dwcli
-# and mounted by the agent, a few hundred MB of real data copied in and verified byte for
-# byte, stripes shown spread over the servers, dwstat, then the instance destroyed and
-# the site torn down. Exits non-zero on any failure; always tears down.
+# Spillway end to end, on one machine, the way HPC users use a burst buffer: a job script
+# with #DW lines (examples/job.sh.in) run by `spillway run` on a local site (the manager
+# over HTTPS with MUNGE, 2 storage servers, an agent for this machine, a directory as the
+# PFS). The job stages a data set in, computes on it in its instance, and stages the
+# results out; the demo checks the results against the data on the PFS, shows dwstat
+# before, during (from inside the job) and after, and that nothing is left. Exits
+# non-zero on any failure; always tears down. scripts/demo-slurm.sh runs the same job
+# through real Slurm.
 #
 #   scripts/demo.sh
-#   SPILLWAY_DEMO_DIR=/tmp/spillway-demo   site directory (servers, manager, logs, mounts)
+#   SPILLWAY_DEMO_DIR=/tmp/spillway-demo   site directory (servers, manager, logs, mounts);
+#                                          the PFS is $SPILLWAY_DEMO_DIR-pfs
 #   SPILLWAY_DEMO_KEEP=1                   leave the site running at the end
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib/common.sh"
 
 DEMO_DIR="${SPILLWAY_DEMO_DIR:-/tmp/spillway-demo}"
-SRC_DIR="${DEMO_DIR}-src"
+PFS="${DEMO_DIR}-pfs"
 SERVERS=2
 CAPACITY=4G
-DATASETS=(/usr/share/doc /usr/include)
+DEMO_USER=spwdemo
+DATASETS=(/usr/share/doc /usr/share/common-licenses)
 KEEP="${SPILLWAY_DEMO_KEEP:-0}"
 TORN_DOWN=0
 
@@ -24,8 +29,8 @@ teardown() {
     local rc=$?
     set +e
     if [[ "$KEEP" == 1 && $rc -eq 0 ]]; then
-        printf '\nSPILLWAY_DEMO_KEEP=1: the site is still up, the instance mounted at %s (stop it with: %s local down --dir %s)\n' \
-            "${MNT:-?}" "$SPILLWAY_BIN" "$DEMO_DIR"
+        printf '\nSPILLWAY_DEMO_KEEP=1: the site is still up (stop it with: %s local down --dir %s)\n' \
+            "$SPILLWAY_BIN" "$DEMO_DIR"
     elif [[ $TORN_DOWN == 0 ]]; then
         if [[ $rc -ne 0 ]]; then
             printf '\nThe demo failed (exit %d); tearing down.\n' "$rc" >&2
@@ -39,7 +44,7 @@ teardown() {
         kill_run_processes
         [[ -n "$(mounts_under "$DEMO_DIR")" ]] || rm -rf "$DEMO_DIR"
     fi
-    rm -rf "$SRC_DIR"
+    [[ "$KEEP" == 1 && $rc -eq 0 ]] || rm -rf "$PFS"
     exit "$rc"
 }
 # site_down: stop the local site (if any) and whatever it left mounted.
@@ -61,139 +66,74 @@ step "1/7 Setup: packages, toolchain and release build (scripts/setup.sh)"
 "$SPILLWAY_REPO/scripts/setup.sh"
 require_spillway
 
-step "2/7 Start a local site and get a $CAPACITY persistent instance mounted through the control plane"
-if [[ -e "$DEMO_DIR" ]]; then
+step "2/7 Start a local site with a PFS directory"
+if [[ -e "$DEMO_DIR" || -e "$PFS" ]]; then
     info "removing the leftovers of an earlier run in $DEMO_DIR"
     site_down
     [[ -z "$(mounts_under "$DEMO_DIR")" ]] || die "could not unmount the old $DEMO_DIR"
-    rm -rf "$DEMO_DIR"
+    rm -rf "$DEMO_DIR" "$PFS"
 fi
+install -d -m 0755 "$PFS"
 NODE="$(hostname)"
-info "\$ spillway local up --dir $DEMO_DIR --servers $SERVERS --server-capacity $CAPACITY --node $NODE"
+info "\$ spillway local up --dir $DEMO_DIR --servers $SERVERS --server-capacity $CAPACITY --node $NODE --pfs-root $PFS"
 bounded 120 "$SPILLWAY_BIN" local up --dir "$DEMO_DIR" --servers "$SERVERS" \
-    --server-capacity "$CAPACITY" --granularity 1GiB --node "$NODE" | sed 's/^/      /'
+    --server-capacity "$CAPACITY" --granularity 1GiB --node "$NODE" --pfs-root "$PFS" | sed 's/^/      /'
 export SPILLWAY_CONFIG="$DEMO_DIR/spillway.conf"
-DWCLI="$SPILLWAY_REPO/target/release/dwcli"
 DWSTAT="$SPILLWAY_REPO/target/release/dwstat"
-# dwcli_id ARGS...: run `dwcli --json ARGS` (echoing the command) and print the new object's id.
-dwcli_id() {
-    info "\$ dwcli $*" >&2
-    "$DWCLI" --json "$@" | jq -er '.id'
-}
-SESSION=$(dwcli_id create session --token demo --owner 0 --creator CLI --hosts "$NODE")
-INSTANCE=$(dwcli_id create instance --capacity "$CAPACITY" --session "$SESSION" --pool wlm_pool --label demo)
-CONF=$(dwcli_id create configuration --type scratch --access-mode stripe --root-permissions 0755 --instance "$INSTANCE")
+info "\$ dwstat pools"
+"$DWSTAT" pools | sed 's/^/      /'
+
+step "3/7 A user, and a data set on the PFS: ${DATASETS[*]} and 256 MiB of random data"
+# Burst-buffer jobs run as an unprivileged user (Slurm refuses them to root).
+if ! id "$DEMO_USER" >/dev/null 2>&1; then
+    useradd -M -U -c "spillway demo" -s /bin/bash -d /nonexistent "$DEMO_USER"
+    info "created the user $DEMO_USER"
+fi
+mkdir -p "$PFS/dataset"
+for s in "${DATASETS[@]}"; do
+    cp -a "$s" "$PFS/dataset/"
+done
+head -c 256M /dev/urandom >"$PFS/dataset/random-256MiB.bin"
+chown -R "$DEMO_USER:" "$PFS"
+files=$(find "$PFS/dataset" -type f | wc -l)
+total_bytes=$(du -sb --apparent-size "$PFS/dataset" | cut -f1)
+info "$PFS/dataset: $files files, $((total_bytes / 1048576)) MiB, owned by $DEMO_USER"
+
+step "4/7 The job script"
+sed "s|@PFS@|$PFS|g" "$SPILLWAY_REPO/examples/job.sh.in" >"$PFS/job.sh"
+chown "$DEMO_USER:" "$PFS/job.sh"
+sed 's/^/      /' "$PFS/job.sh"
+
+step "5/7 Run it: \$ spillway run --user $DEMO_USER $PFS/job.sh"
 t0=$EPOCHREALTIME
-ACTIVATION=$(dwcli_id create activation --session "$SESSION" --configuration "$CONF")
-MNT=$("$DWCLI" --json ls activations | jq -er ".activations[] | select(.id == $ACTIVATION) | .mount")
-for _ in $(seq 1 300); do
-    findmnt -rn --mountpoint "$MNT" >/dev/null && break
-    sleep 0.1
-done
-findmnt -rn --mountpoint "$MNT" >/dev/null || die "the agent did not mount activation $ACTIVATION at $MNT (see $DEMO_DIR/logs/agent.log)"
-info "the agent mounted it at $MNT, $(fmt "$(calc "($EPOCHREALTIME - $t0) * 1000")" 0) ms after the activation was asked for"
-info "servers' storage roots: $(echo "$DEMO_DIR"/servers/s*)"
-info "\$ dwstat instances"
-"$DWSTAT" instances | sed 's/^/      /'
-df -h "$MNT" | sed 's/^/    /'
+bounded 600 "$SPILLWAY_BIN" run --user "$DEMO_USER" --chdir "$PFS" "$PFS/job.sh" | sed 's/^/    /'
+info "the whole job took $(fmt "$(calc "$EPOCHREALTIME - $t0")" 1) s"
 
-step "3/7 Copy a real data set in: ${DATASETS[*]} and 256 MiB of random data"
-mkdir -p "$SRC_DIR"
-head -c 256M /dev/urandom >"$SRC_DIR/random-256MiB.bin"
-SOURCES=("${DATASETS[@]}" "$SRC_DIR/random-256MiB.bin")
-total_bytes=0
-for s in "${SOURCES[@]}"; do
-    total_bytes=$((total_bytes + $(du -sb --apparent-size "$s" | cut -f1)))
-done
-files=$(find "${SOURCES[@]}" -type f | wc -l)
-links=$(find "${SOURCES[@]}" -type l | wc -l)
-info "$files files, $links symlinks, $((total_bytes / 1048576)) MiB"
-t0=$EPOCHREALTIME
-for s in "${SOURCES[@]}"; do
-    ts=$EPOCHREALTIME
-    cp -a "$s" "$MNT/"
-    info "\$ cp -a $s $MNT/    ($(fmt "$(calc "$EPOCHREALTIME - $ts")" 1) s)"
-done
-sync -f "$MNT"
-t1=$EPOCHREALTIME
-info "copied in $(fmt "$(calc "$t1 - $t0")" 1) s ($(fmt "$(calc "$total_bytes / 1048576 / ($t1 - $t0)")" 0) MiB/s, including sync)"
-
-step "4/7 Read everything back from the servers and compare (sha256 of every file, symlink targets, modes)"
-info "dropping the page cache, so that reads go to the servers"
-drop_caches
-# manifest DIR: one line per entry below DIR: type, mode, size and sha256 (files) or target (links)
-manifest() {
-    (
-        cd "$1"
-        find . -mindepth 1 \( -type d -printf 'dir  %M %p\n' \) -o \
-            \( -type l -printf 'link %p -> %l\n' \) -o \
-            \( -type f -printf 'file %M %s %p\n' \) -o -printf 'other %y %p\n'
-        find . -type f -print0 | xargs -0 -r sha256sum
-    ) | LC_ALL=C sort
-}
-for s in "${SOURCES[@]}"; do
-    name="$(basename "$s")"
-    if [[ -d "$s" ]]; then
-        manifest "$s" >"$SRC_DIR/$name.want"
-        manifest "$MNT/$name" >"$SRC_DIR/$name.got"
-    else
-        (cd "$(dirname "$s")" && sha256sum "$name") >"$SRC_DIR/$name.want"
-        (cd "$MNT" && sha256sum "$name") >"$SRC_DIR/$name.got"
-    fi
-    if ! diff -u "$SRC_DIR/$name.want" "$SRC_DIR/$name.got" >"$SRC_DIR/$name.diff"; then
-        printf '\nMISMATCH between %s and %s (first differences):\n' "$s" "$MNT/$name" >&2
-        head -n 40 "$SRC_DIR/$name.diff" >&2
-        die "data read back from Spillway differs from what was written ($name)"
-    fi
-    if [[ -d "$s" ]]; then
-        info "$name/: $(grep -c '^file ' "$SRC_DIR/$name.want" || true) files, $(grep -c '^link ' "$SRC_DIR/$name.want" || true) symlinks, $(grep -c '^dir ' "$SRC_DIR/$name.want" || true) directories: identical"
-    else
-        info "$name: sha256 $(cut -c1-16 "$SRC_DIR/$name.want")...: identical"
-    fi
-done
-
-step "5/7 How the 256 MiB file is striped over the servers"
-info "\$ spillway stripes $MNT/random-256MiB.bin"
-spillway stripes "$MNT/random-256MiB.bin" >"$SRC_DIR/stripes.txt"
-head -n 4 "$SRC_DIR/stripes.txt" | sed 's/^/      /'
-info "  ... ($(wc -l <"$SRC_DIR/stripes.txt") stripes)"
-awk '$1 == "stripe" { n[$4 " " $5]++; b[$4 " " $5] += $7 }
-     END { for (s in n) printf "    server %s: %d stripes, %.1f MiB\n", s, n[s], b[s] / 1048576 }' \
-    "$SRC_DIR/stripes.txt" | sort
-servers_used=$(awk '$1 == "stripe" { print $4 }' "$SRC_DIR/stripes.txt" | sort -u | wc -l)
-((servers_used == SERVERS)) || die "the 256 MiB file's stripes are on $servers_used server(s), expected all $SERVERS"
-info "bytes on each server's storage root (all data, all metadata):"
-for s in "$DEMO_DIR"/servers/s*; do
-    printf '      %-40s %8.1f MiB\n' "$s" "$(calc "$(du -sb "$s" | cut -f1) / 1048576")"
-done
-info "\$ dwstat most; dwstat nodes; dwstat fragments"
-"$DWSTAT" most | sed 's/^/      /'
-"$DWSTAT" nodes fragments | sed 's/^/      /'
+step "6/7 The results on the PFS, checked against the data set"
+find "$PFS/results" -printf '      %M %u %8s %p\n'
+(cd "$PFS/dataset" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) >"$PFS/want.sha256sums"
+if ! diff -u "$PFS/want.sha256sums" "$PFS/results/sha256sums" >"$PFS/diff"; then
+    head -n 40 "$PFS/diff" >&2
+    die "the checksums computed in the instance differ from the data set on the PFS"
+fi
+owner="$(stat -c %U "$PFS/results/sha256sums")"
+[[ "$owner" == "$DEMO_USER" ]] || die "the results belong to $owner, not $DEMO_USER"
+info "all $files checksums computed inside the instance match the PFS copy; results owned by $DEMO_USER"
+info "largest files (computed in the instance):"
+sed 's/^/      /' "$PFS/results/largest"
+info "\$ dwstat sessions instances   (after the job: its instance is gone)"
+"$DWSTAT" sessions instances | sed 's/^/      /'
+[[ "$("$DWSTAT" --json sessions | jq '.sessions | length')" == 0 ]] || die "a session is left after the job"
 
 if [[ "$KEEP" == 1 ]]; then
-    step "6/7 Leaving the site up (SPILLWAY_DEMO_KEEP=1)"
-    rm -rf "$SRC_DIR"
+    step "7/7 Leaving the site up (SPILLWAY_DEMO_KEEP=1)"
     exit 0
 fi
 
-step "6/7 Destroy the instance, then tear the site down"
-info "\$ dwcli rm session --id $SESSION"
-"$DWCLI" rm session --id "$SESSION" | sed 's/^/      /'
-for _ in $(seq 1 300); do
-    [[ "$("$DWCLI" --json ls sessions | jq '.sessions | length')" == 0 ]] && break
-    sleep 0.1
-done
-[[ "$("$DWCLI" --json ls sessions | jq '.sessions | length')" == 0 ]] || die "the session was not destroyed"
-! findmnt -rn --mountpoint "$MNT" >/dev/null || die "$MNT is still mounted after the destroy"
-for s in "$DEMO_DIR"/servers/s*; do
-    [[ -z "$(ls -A "$s/fragments")" ]] || die "$s still holds fragments after the destroy"
-done
-info "unmounted, fragments gone from every server, session gone"
+step "7/7 Tear the site down and check that nothing is left behind"
 info "\$ spillway local down --dir $DEMO_DIR"
 TORN_DOWN=1
 bounded 120 "$SPILLWAY_BIN" local down --dir "$DEMO_DIR" --keep-data || die "spillway local down failed"
-
-step "7/7 Check that nothing is left behind"
 left_mounts="$(mounts_under "$DEMO_DIR")"
 left_procs="$("${SWEEP[@]}" procs "$DEMO_DIR" || true)"
 left_tagged="$("${SWEEP[@]}" tagged "$SPILLWAY_RUN_TAG" || true)"
@@ -206,5 +146,5 @@ fi
 info "no mount under $DEMO_DIR, no process of this site"
 rm -rf "$DEMO_DIR"
 
-printf '\nDemo passed: %d MiB (%d files) went through Spillway and came back identical.\n' \
+printf '\nDemo passed: a job staged %d MiB (%d files) in, computed on it in its burst buffer, and staged its results out.\n' \
     "$((total_bytes / 1048576))" "$files"

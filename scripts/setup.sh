@@ -203,6 +203,17 @@ else
         make -C "$REPO/libdatawarp" --no-print-directory all </dev/null |
             sed 's/^/[setup] libdatawarp: /' || die "libdatawarp build failed"
     fi
+    # The command line where sites and Slurm look for it: GetSysState/GetSysStatus in
+    # burst_buffer.conf and slurm/burst_buffer.lua name /usr/local/bin/dw_wlm_cli and
+    # /usr/local/bin/dwstat (docs/jobs.md). install replaces a running binary safely
+    # (a new inode), so agents started from an older copy keep running.
+    if [[ $EUID -eq 0 ]]; then
+        for bin in spillway dwstat dwcli dw_wlm_cli; do
+            install -m 0755 "$REPO/target/release/$bin" "/usr/local/bin/$bin" ||
+                die "could not install $bin into /usr/local/bin"
+        done
+        say "installed spillway, dwstat, dwcli, dw_wlm_cli into /usr/local/bin"
+    fi
     # The manager's HTTPS identity is made at install: a site CA and a certificate for
     # this host (kept if present; manager.conf and spillway.conf can point elsewhere).
     if [[ $EUID -eq 0 ]]; then

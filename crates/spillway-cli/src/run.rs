@@ -26,6 +26,8 @@ pub struct RunArgs {
     pub nodes: Vec<String>,
     pub token: Option<String>,
     pub chdir: Option<PathBuf>,
+    /// Set by `run` itself: the client configuration it uses.
+    pub site_config: PathBuf,
 }
 
 /// Tokens of `spillway run` jobs start here: far beyond Slurm's job ids (at most
@@ -150,6 +152,10 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         user.uid
     );
     let cfg_path = spillway_api::config::ClientConfig::locate(a.config.as_deref());
+    let a = RunArgs {
+        site_config: std::fs::canonicalize(&cfg_path).unwrap_or(cfg_path.clone()),
+        ..a
+    };
     let cfg = spillway_api::config::ClientConfig::load(&cfg_path)?;
     let api = crate::agent::api_client(&cfg, Duration::from_secs(60))?;
     let token = match a.token.clone() {
@@ -347,7 +353,9 @@ fn run_script(
         .env("USER", &user.name)
         .env("LOGNAME", &user.name)
         .env("SHELL", &user.shell)
-        .env("SPILLWAY_JOB_ID", token);
+        .env("SPILLWAY_JOB_ID", token)
+        // The site's tools (dwstat, dwcli) inside the job reach this same site.
+        .env("SPILLWAY_CONFIG", &a.site_config);
     for (k, v) in vars {
         cmd.env(k, v);
     }
