@@ -5,10 +5,12 @@
 # PFS). The job stages a data set in, computes on it in its instance, and stages the
 # results out; the demo checks the results against the data on the PFS, shows dwstat
 # before, during (from inside the job) and after, and that nothing is left. Exits
-# non-zero on any failure; always tears down. scripts/demo-slurm.sh runs the same job
-# through real Slurm.
+# non-zero on any failure; always tears down.
 #
-#   scripts/demo.sh
+#   scripts/demo.sh            the job with `spillway run`
+#   scripts/demo.sh --slurm    the same job through real Slurm: Debian's slurmctld and
+#                              slurmd with burst_buffer/datawarp and the installed
+#                              dw_wlm_cli (scripts/lib/slurm_demo.py), submitted with sbatch
 #   SPILLWAY_DEMO_DIR=/tmp/spillway-demo   site directory (servers, manager, logs, mounts);
 #                                          the PFS is $SPILLWAY_DEMO_DIR-pfs
 #   SPILLWAY_DEMO_KEEP=1                   leave the site running at the end
@@ -24,6 +26,15 @@ DEMO_USER=spwdemo
 DATASETS=(/usr/share/doc /usr/share/common-licenses)
 KEEP="${SPILLWAY_DEMO_KEEP:-0}"
 TORN_DOWN=0
+SLURM=0
+case "${1:-}" in
+"") ;;
+--slurm) SLURM=1 ;;
+*)
+    printf 'usage: %s [--slurm]\n' "$0" >&2
+    exit 2
+    ;;
+esac
 
 teardown() {
     local rc=$?
@@ -44,7 +55,7 @@ teardown() {
         kill_run_processes
         [[ -n "$(mounts_under "$DEMO_DIR")" ]] || rm -rf "$DEMO_DIR"
     fi
-    [[ "$KEEP" == 1 && $rc -eq 0 ]] || rm -rf "$PFS"
+    [[ "$KEEP" == 1 && $rc -eq 0 ]] || rm -rf "$PFS" "${DEMO_DIR}-slurm"
     exit "$rc"
 }
 # site_down: stop the local site (if any) and whatever it left mounted.
@@ -76,8 +87,12 @@ fi
 install -d -m 0755 "$PFS"
 NODE="$(hostname)"
 info "\$ spillway local up --dir $DEMO_DIR --servers $SERVERS --server-capacity $CAPACITY --node $NODE --pfs-root $PFS"
+# Slurm runs dw_wlm_cli as its SlurmUser, which must be a Spillway admin.
+ADMIN=()
+((SLURM == 0)) || ADMIN=(--admin-group "$(id -gn slurm)")
 bounded 120 "$SPILLWAY_BIN" local up --dir "$DEMO_DIR" --servers "$SERVERS" \
-    --server-capacity "$CAPACITY" --granularity 1GiB --node "$NODE" --pfs-root "$PFS" | sed 's/^/      /'
+    --server-capacity "$CAPACITY" --granularity 1GiB --node "$NODE" --pfs-root "$PFS" \
+    "${ADMIN[@]}" | sed 's/^/      /'
 export SPILLWAY_CONFIG="$DEMO_DIR/spillway.conf"
 DWSTAT="$SPILLWAY_REPO/target/release/dwstat"
 info "\$ dwstat pools"
@@ -104,9 +119,17 @@ sed "s|@PFS@|$PFS|g" "$SPILLWAY_REPO/examples/job.sh.in" >"$PFS/job.sh"
 chown "$DEMO_USER:" "$PFS/job.sh"
 sed 's/^/      /' "$PFS/job.sh"
 
-step "5/7 Run it: \$ spillway run --user $DEMO_USER $PFS/job.sh"
 t0=$EPOCHREALTIME
-bounded 600 "$SPILLWAY_BIN" run --user "$DEMO_USER" --chdir "$PFS" "$PFS/job.sh" | sed 's/^/    /'
+if ((SLURM)); then
+    step "5/7 Submit it to Slurm: \$ sbatch $PFS/job.sh (as $DEMO_USER)"
+    rm -rf "${DEMO_DIR}-slurm"
+    bounded 900 "$PY" "$SPILLWAY_REPO/scripts/lib/slurm_demo.py" "${DEMO_DIR}-slurm" \
+        "$SPILLWAY_CONFIG" "$DEMO_USER" "$PFS/job.sh"
+    rm -rf "${DEMO_DIR}-slurm"
+else
+    step "5/7 Run it: \$ spillway run --user $DEMO_USER $PFS/job.sh"
+    bounded 600 "$SPILLWAY_BIN" run --user "$DEMO_USER" --chdir "$PFS" "$PFS/job.sh" | sed 's/^/    /'
+fi
 info "the whole job took $(fmt "$(calc "$EPOCHREALTIME - $t0")" 1) s"
 
 step "6/7 The results on the PFS, checked against the data set"
