@@ -11,7 +11,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../scripts/lib/common.sh"
 
 require_root
-BENCHES=(seq_io randwrite_fsync fsmark sqlite control_plane staging)
+BENCHES=(seq_io randwrite_fsync fsmark sqlite control_plane staging jobs)
 BENCH_RESULTS="$(mktemp)"
 export BENCH_RESULTS
 trap 'rm -f "$BENCH_RESULTS"' EXIT
