@@ -147,6 +147,16 @@ def _local_base():
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def pfs(_local_base):
+    """A directory standing for the parallel file system (a local site's --pfs-root):
+    0755 under the session's base, one per module."""
+    d = tempfile.mkdtemp(prefix="pfs-", dir=_local_base)
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def _module_tag(request):
     return re.sub(r"[^A-Za-z0-9]+", "-", request.module.__name__.rsplit(".", 1)[-1])[:30]
 

@@ -29,14 +29,6 @@ NODE = "compute0"
 
 
 @pytest.fixture(scope="module")
-def pfs(_local_base, user):
-    d = tempfile.mkdtemp(prefix="pfs-", dir=_local_base)
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
 def site(spillway_bin, munged, _local_base, pfs):
     d = tempfile.mkdtemp(prefix="site-", dir=_local_base)
     os.chmod(d, 0o755)

@@ -20,7 +20,6 @@ import re
 import shutil
 import socket
 import tempfile
-import time
 
 import pytest
 
@@ -43,14 +42,6 @@ def tools(spillway_bin, _local_base):
         shutil.copy2(os.path.join(os.path.dirname(spillway_bin), name), os.path.join(d, name))
         os.chmod(os.path.join(d, name), 0o755)
     return d
-
-
-@pytest.fixture(scope="module")
-def pfs(_local_base):
-    d = tempfile.mkdtemp(prefix="pfs-", dir=_local_base)
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

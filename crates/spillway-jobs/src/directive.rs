@@ -58,18 +58,8 @@ pub struct JobDw {
     pub stripe_size: Option<u32>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StageDirection {
-    In,
-    Out,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StageKind {
-    File,
-    Directory,
-    List,
-}
+/// Which way a stage line copies, and what it names: the manager's own types.
+pub use spillway_api::{StageDirection, StageType as StageKind};
 
 /// A `stage_in` or `stage_out` line, its paths as written (`$DW_*` not yet expanded).
 #[derive(Clone, Debug, PartialEq, Eq)]

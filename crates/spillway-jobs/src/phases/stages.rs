@@ -4,12 +4,11 @@
 
 use super::lookup::{wait_built, Job, PersistentUse};
 use super::{PhaseError, PhaseResult};
-use crate::directive::{StageDirection, StageKind};
 use crate::job::{JobSpec, Stage as StageLine, Target};
 use serde::Deserialize;
 use spillway_api::{
-    ApiClient, NewStage, Stage, StageAction, StageDirection as Dir, StageState, StageType,
-    StageUpdate, StageWhen,
+    ApiClient, NewStage, Stage, StageAction, StageDirection as Dir, StageState, StageUpdate,
+    StageWhen,
 };
 
 #[derive(Deserialize)]
@@ -24,18 +23,14 @@ pub(super) fn stage_request(
     owner: u32,
     when: Option<StageWhen>,
 ) -> NewStage {
-    let (direction, source, destination) = match s.direction {
-        StageDirection::In => (Dir::In, s.pfs.clone(), s.instance.path.clone()),
-        StageDirection::Out => (Dir::Out, s.instance.path.clone(), s.pfs.clone()),
+    let (source, destination) = match s.direction {
+        Dir::In => (s.pfs.clone(), s.instance.path.clone()),
+        Dir::Out => (s.instance.path.clone(), s.pfs.clone()),
     };
     NewStage {
         instance,
-        direction,
-        kind: match s.kind {
-            StageKind::File => StageType::File,
-            StageKind::Directory => StageType::Directory,
-            StageKind::List => StageType::List,
-        },
+        direction: s.direction,
+        kind: s.kind,
         source,
         destination,
         pairs: Vec::new(),
