@@ -346,3 +346,27 @@ test ! -e $DW_JOB_STRIPED/note
     finally:
         s.down()
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_job_cannot_stage_another_users_private_file(site, spillway_bin, pfs, user, user2):
+    """Stages run as the job's owner: a job of spwtest naming spwtest2's 0600 file (in a
+    directory spwtest may search) fails in stage-in with EACCES, and the job never runs."""
+    other = os.path.join(pfs, "other")
+    os.mkdir(other)
+    os.chmod(other, 0o755)
+    secret = os.path.join(other, "secret")
+    with open(secret, "w") as f:
+        f.write("not for spwtest\n")
+    os.chown(secret, user2.uid, user2.gid)
+    os.chmod(secret, 0o600)
+    base = user_dir(pfs, user, "thief")
+    script = f"""#!/bin/bash
+#DW jobdw capacity=1GiB
+#DW stage_in type=file source={secret} destination=$DW_JOB_STRIPED/loot
+cat $DW_JOB_STRIPED/loot
+"""
+    r = run_job(site, spillway_bin, user, script, base)
+    assert r.returncode != 0
+    assert "line 3: stage_in" in r.stdout and "ermission denied" in r.stdout, r.stdout
+    assert "not for spwtest" not in r.stdout + r.stderr
+    nothing_left(site)
