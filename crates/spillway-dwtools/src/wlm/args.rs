@@ -215,6 +215,51 @@ mod tests {
         assert!(call("--function data_in --token 1 --token 2").is_err());
     }
 
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        const WORDS: &[&str] = &[
+            "--function",
+            "setup",
+            "paths",
+            "teardown",
+            "pools",
+            "create_persistent",
+            "--token",
+            "--job",
+            "--pathfile",
+            "--capacity",
+            "--hurry",
+            "-C",
+            "-t",
+            "wlm_pool:1GiB",
+            "p:0",
+            "p:2N",
+            ":",
+            "1.5GiB",
+            "99999999999999999999",
+            "",
+            "--",
+        ];
+
+        proptest! {
+            /// Whatever Slurm (or anyone) passes: a call or a refusal, never a panic.
+            #[test]
+            fn any_argv(words in prop::collection::vec(prop_oneof![
+                prop::sample::select(WORDS).prop_map(str::to_string),
+                "\\PC{0,12}",
+            ], 0..10)) {
+                if let Ok(c) = Call::parse(&words) {
+                    prop_assert!(known(&c.function).is_some());
+                }
+                for w in &words {
+                    let _ = capacity(w);
+                }
+            }
+        }
+    }
+
     #[test]
     fn capacities() {
         assert_eq!(
