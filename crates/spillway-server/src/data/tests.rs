@@ -109,3 +109,83 @@ fn open_files_stay_within_the_cache() {
     s.close();
     assert_eq!(s.cached_files(), 0);
 }
+
+/// Stage-out's drain: the block-aligned bulk through an O_DIRECT descriptor, the tail
+/// (and pieces at unaligned offsets) buffered; the PFS file holds exactly the bytes.
+#[test]
+fn drain_to_writes_the_aligned_bulk_directly_and_the_tail_buffered() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let (_d, s) = store(64 << 20, 8);
+    let data: Vec<u8> = (0..(3 << 20) + 100).map(|i| (i * 7 % 251) as u8).collect();
+    s.write(A, 0, 0, &data).unwrap();
+    s.write(A, 1, 0, &data[..5000]).unwrap();
+    // On the disk (tmpfs, where /tmp may be, refuses O_DIRECT).
+    let pfs = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = pfs.path().join("out");
+    let dst = File::create(&path).unwrap();
+    dst.set_len(32 << 20).unwrap();
+    let direct = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .ok();
+    for (stripe, at, want, d) in [
+        (0, 8 << 20, data.len() as u64, direct.as_ref()),
+        (1, 16 << 20, 5000, direct.as_ref()),
+        (1, (20 << 20) + 1000, 5000, direct.as_ref()),
+        (0, 24 << 20, data.len() as u64, None),
+    ] {
+        let n = s.drain_to(A, stripe, 8 << 20, &dst, d, at).unwrap();
+        assert_eq!(n, want, "stripe {stripe} at {at}");
+    }
+    drop(dst);
+    let back = std::fs::read(&path).unwrap();
+    let at = |o: usize, n: usize| &back[o..o + n];
+    assert!(at(8 << 20, data.len()) == &data[..]);
+    assert!(at(16 << 20, 5000) == &data[..5000]);
+    assert!(at((20 << 20) + 1000, 5000) == &data[..5000]);
+    assert!(at(24 << 20, data.len()) == &data[..]);
+    assert!(
+        back[..8 << 20].iter().all(|&b| b == 0),
+        "untouched bytes stay zero"
+    );
+}
+
+/// Stage-in's fill: the aligned bulk through O_DIRECT on the stripe file where the file
+/// system allows it, the rest buffered; the stripe holds exactly the source's bytes.
+#[test]
+fn fill_from_copies_the_bytes_whatever_the_alignment() {
+    let (_d, s) = store(64 << 20, 8);
+    let pfs = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = pfs.path().join("in");
+    let data: Vec<u8> = (0..(9 << 20) + 777).map(|i| (i * 13 % 241) as u8).collect();
+    std::fs::write(&path, &data).unwrap();
+    let src = File::open(&path).unwrap();
+    // (stripe, offset in the stripe, length, source offset)
+    let cases = [
+        (0u64, 0u32, 8u32 << 20, 0u64),
+        (1, 0, (1 << 20) + 777, 8 << 20),
+        (2, 100, 5000, 4096),
+        (3, 0, 1000, 0),
+    ];
+    for &(k, off, len, at) in &cases {
+        assert_eq!(
+            s.fill_from(A, k, off, len, &src, at).unwrap(),
+            u64::from(len),
+            "stripe {k}"
+        );
+    }
+    for &(k, off, len, at) in &cases {
+        let got = s.read(A, k, off, len).unwrap();
+        assert!(
+            got == data[at as usize..(at + u64::from(len)) as usize],
+            "stripe {k}"
+        );
+    }
+    // A source that ends early: what it held, and the index says so.
+    let n = s
+        .fill_from(A, 4, 0, 8 << 20, &src, (8 << 20) + 4096)
+        .unwrap();
+    assert_eq!(n, (1 << 20) + 777 - 4096);
+    assert_eq!(s.read(A, 4, 0, 8 << 20).unwrap().len() as u64, n);
+}

@@ -106,10 +106,17 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
         tracing::info!(ino = %r.ino, "stage: {} was replaced during the stage", r.pfs_path);
         return Err(fs(Errno::ESTALE));
     }
+    // Stage-out: the same file again with O_DIRECT for the block-aligned bulk of each
+    // piece (DataStore::drain_to says why); None where the PFS does not do direct I/O.
+    let mut direct = None;
     if r.direction == stage_dir::OUT {
         for &(k, _, len, _) in &pieces {
             f.data.will_read(r.ino, k, u64::from(len));
         }
+        direct = pfs
+            .open(&r.pfs_path, libc::O_WRONLY | libc::O_DIRECT, 0)
+            .ok()
+            .filter(|d| fstat(d).is_ok_and(|s| s.ino == r.pfs_ino));
     } else {
         // Ask for all of this range's pieces now: the reads queue at the disk together
         // instead of readahead starting small again at every stripe boundary (this
@@ -149,7 +156,9 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
             if within != 0 {
                 return Err(fs(Errno::EINVAL));
             }
-            moved += f.data.drain_to(r.ino, k, u64::from(len), &file, at)?;
+            moved += f
+                .data
+                .drain_to(r.ino, k, u64::from(len), &file, direct.as_ref(), at)?;
         }
         covered += u64::from(len);
     }

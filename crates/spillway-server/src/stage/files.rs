@@ -387,7 +387,7 @@ fn drain(f: &Fragment, a: &Attr, s: &StageFileSpec, file: &std::fs::File) -> Res
     let dst = &s.pfs_path;
     let n = f
         .data
-        .drain_to(a.ino, 0, a.size, file, 0)
+        .drain_to(a.ino, 0, a.size, file, None, 0)
         .map_err(|e| store_failure(e, &s.shown, "copying to the PFS"))?;
     if n < a.size {
         file.set_len(a.size)
