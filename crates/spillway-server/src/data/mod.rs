@@ -218,7 +218,10 @@ impl DataStore {
     /// Fill `[offset, offset+len)` of a stripe from `src` at `src_offset` (a stage-in):
     /// room is reserved first (ENOSPC with nothing written), the bytes move inside the
     /// kernel where it can. Returns the bytes copied: fewer than `len` means `src`
-    /// ended early.
+    /// ended early. `direct`: write the block-aligned bulk with O_DIRECT (large files'
+    /// stripes, which nothing reads soon; small files stay buffered, made durable
+    /// together by one syncfs instead of a synchronous write each).
+    #[allow(clippy::too_many_arguments)]
     pub fn fill_from(
         &self,
         ino: InodeNo,
@@ -227,6 +230,7 @@ impl DataStore {
         len: u32,
         src: &File,
         src_offset: u64,
+        direct: bool,
     ) -> StoreResult<u64> {
         let end = u64::from(offset) + u64::from(len);
         if end > u64::from(MAX_STRIPE_SIZE) {
@@ -244,7 +248,7 @@ impl DataStore {
             // left to write back at the stage's sync), the rest buffered.
             let (off, len) = (u64::from(offset), u64::from(len));
             let mut n = 0;
-            if off.is_multiple_of(DIRECT_ALIGN) && len >= DIRECT_ALIGN {
+            if direct && off.is_multiple_of(DIRECT_ALIGN) && len >= DIRECT_ALIGN {
                 if let Ok(d) = self.direct_file(ino, stripe) {
                     n = copy_direct(src, src_offset, &d, off, len - len % DIRECT_ALIGN)?;
                 }

@@ -170,7 +170,7 @@ fn fill_from_copies_the_bytes_whatever_the_alignment() {
     ];
     for &(k, off, len, at) in &cases {
         assert_eq!(
-            s.fill_from(A, k, off, len, &src, at).unwrap(),
+            s.fill_from(A, k, off, len, &src, at, k != 3).unwrap(),
             u64::from(len),
             "stripe {k}"
         );
@@ -184,7 +184,7 @@ fn fill_from_copies_the_bytes_whatever_the_alignment() {
     }
     // A source that ends early: what it held, and the index says so.
     let n = s
-        .fill_from(A, 4, 0, 8 << 20, &src, (8 << 20) + 4096)
+        .fill_from(A, 4, 0, 8 << 20, &src, (8 << 20) + 4096, true)
         .unwrap();
     assert_eq!(n, (1 << 20) + 777 - 4096);
     assert_eq!(s.read(A, 4, 0, 8 << 20).unwrap().len() as u64, n);

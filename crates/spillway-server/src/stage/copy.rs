@@ -137,7 +137,7 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
     let mut moved = 0u64;
     for &(k, within, len, at) in &pieces {
         if r.direction == stage_dir::IN {
-            let n = f.data.fill_from(r.ino, k, within, len, &file, at)?;
+            let n = f.data.fill_from(r.ino, k, within, len, &file, at, true)?;
             if n != u64::from(len) {
                 tracing::info!(
                     ino = %r.ino,

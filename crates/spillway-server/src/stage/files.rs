@@ -272,7 +272,7 @@ fn fill(
     let len = st.size as u32;
     let n = f
         .data
-        .fill_from(attr.ino, 0, 0, len, file, 0)
+        .fill_from(attr.ino, 0, 0, len, file, 0, false)
         .map_err(|e| store_failure(e, &s.shown, "copying from the PFS"))?;
     if n != st.size {
         return Err(Failure::new(
