@@ -473,7 +473,6 @@ fn run(cli: Cli) -> Result<(), String> {
                 nodes,
                 token,
                 chdir,
-                site_config: PathBuf::new(),
             })?;
             std::process::exit(status);
         }

@@ -26,8 +26,6 @@ pub struct RunArgs {
     pub nodes: Vec<String>,
     pub token: Option<String>,
     pub chdir: Option<PathBuf>,
-    /// Set by `run` itself: the client configuration it uses.
-    pub site_config: PathBuf,
 }
 
 /// Tokens of `spillway run` jobs start here: far beyond Slurm's job ids (at most
@@ -152,10 +150,8 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         user.uid
     );
     let cfg_path = spillway_api::config::ClientConfig::locate(a.config.as_deref());
-    let a = RunArgs {
-        site_config: std::fs::canonicalize(&cfg_path).unwrap_or(cfg_path.clone()),
-        ..a
-    };
+    // The job's own dwstat/dwcli reach this same site.
+    let site_config = std::fs::canonicalize(&cfg_path).unwrap_or(cfg_path.clone());
     let cfg = spillway_api::config::ClientConfig::load(&cfg_path)?;
     let api = crate::agent::api_client(&cfg, Duration::from_secs(60))?;
     let token = match a.token.clone() {
@@ -252,7 +248,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     step(&format!("run {} as {}", a.script.display(), user.name));
     let t = Instant::now();
     // A script that cannot even start is a failed job: the phases after it still run.
-    let status = match run_script(&a, &text, &user, &token, &vars) {
+    let status = match run_script(&a, &text, &user, &token, &vars, &site_config) {
         Ok(s) => s,
         Err(e) => {
             println!("    FAILED: {e}");
@@ -303,6 +299,7 @@ fn run_script(
     user: &User,
     token: &str,
     vars: &[(String, String)],
+    site_config: &std::path::Path,
 ) -> Result<i32, String> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let dir = std::env::temp_dir().join(format!("spillway-run-{token}"));
@@ -354,8 +351,7 @@ fn run_script(
         .env("LOGNAME", &user.name)
         .env("SHELL", &user.shell)
         .env("SPILLWAY_JOB_ID", token)
-        // The site's tools (dwstat, dwcli) inside the job reach this same site.
-        .env("SPILLWAY_CONFIG", &a.site_config);
+        .env("SPILLWAY_CONFIG", site_config);
     for (k, v) in vars {
         cmd.env(k, v);
     }

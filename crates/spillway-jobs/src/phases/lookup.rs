@@ -38,6 +38,11 @@ impl Job {
     pub fn find(api: &ApiClient, token: &str) -> PhaseResult<Job> {
         let session =
             find_session(api, token)?.ok_or_else(|| PhaseError::NoSession(token.into()))?;
+        Job::of(api, session)
+    }
+
+    /// The job of a session already in hand (its instance and configurations fetched).
+    pub fn of(api: &ApiClient, session: Session) -> PhaseResult<Job> {
         let instance = match session.links.instances.first() {
             Some(id) => Some(api.get::<Instance>(&format!("/dw/v1/instances/{id}"))?),
             None => None,

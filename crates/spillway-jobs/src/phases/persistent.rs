@@ -44,7 +44,7 @@ pub fn create_persistent(api: &ApiClient, p: &NewPersistent) -> PhaseResult<Stri
             },
         )?,
     };
-    let job = Job::find(api, &p.name)?;
+    let job = Job::of(api, session.clone())?;
     let instance = match job.instance {
         Some(i) => i,
         None => api.post::<_, Instance>(

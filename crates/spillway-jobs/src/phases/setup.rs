@@ -39,7 +39,7 @@ pub fn setup(api: &ApiClient, spec: &JobSpec, req: &SetupRequest) -> PhaseResult
         Some((pool, bytes)) if *bytes > 0 => (pool.clone().or(ji.spec.pool.clone()), *bytes),
         _ => (ji.spec.pool.clone(), ji.spec.capacity),
     };
-    let job = Job::find(api, &req.token)?;
+    let job = Job::of(api, session.clone())?;
     let instance = match job.instance.clone() {
         Some(i) => i,
         None => api.post::<_, Instance>(
