@@ -11,6 +11,10 @@ use ureq::http::Response;
 use ureq::tls::{Certificate, RootCerts, TlsConfig};
 use ureq::Body;
 
+/// The header with which an admin asks the manager to authorise a request as another
+/// user (its value: the uid, decimal). The manager refuses it (403) from anyone else.
+pub const ACT_AS_HEADER: &str = "X-Spillway-As-Uid";
+
 /// Makes one credential per request (e.g. `munge_encode`).
 pub type CredentialSource = Box<dyn Fn() -> Result<String, String> + Send + Sync>;
 
@@ -130,12 +134,23 @@ impl ApiClient {
     }
 
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ApiError> {
-        let resp = self
+        self.get_as(None, path)
+    }
+
+    /// GET as the user `as_uid` (`ACT_AS_HEADER`; the credential's user must be an admin).
+    pub fn get_as<T: DeserializeOwned>(
+        &self,
+        as_uid: Option<u32>,
+        path: &str,
+    ) -> Result<T, ApiError> {
+        let mut req = self
             .agent
             .get(&self.url(path))
-            .header("Authorization", &self.auth()?)
-            .call()
-            .map_err(|e| self.unreachable(e))?;
+            .header("Authorization", &self.auth()?);
+        if let Some(u) = as_uid {
+            req = req.header(ACT_AS_HEADER, &u.to_string());
+        }
+        let resp = req.call().map_err(|e| self.unreachable(e))?;
         self.finish(resp)
     }
 
@@ -149,9 +164,11 @@ impl ApiClient {
         self.finish(resp)
     }
 
-    /// A request with a JSON body.
-    fn send<B: Serialize, T: DeserializeOwned>(
+    /// A request with a JSON body: `method` POST, PATCH or PUT (anything else is PUT),
+    /// as the user `as_uid` if given (`ACT_AS_HEADER`).
+    pub fn send_as<B: Serialize, T: DeserializeOwned>(
         &self,
+        as_uid: Option<u32>,
         method: &str,
         path: &str,
         body: &B,
@@ -162,11 +179,21 @@ impl ApiClient {
             "PATCH" => self.agent.patch(&url),
             _ => self.agent.put(&url),
         };
-        let resp = req
-            .header("Authorization", &self.auth()?)
-            .send_json(body)
-            .map_err(|e| self.unreachable(e))?;
+        let mut req = req.header("Authorization", &self.auth()?);
+        if let Some(u) = as_uid {
+            req = req.header(ACT_AS_HEADER, &u.to_string());
+        }
+        let resp = req.send_json(body).map_err(|e| self.unreachable(e))?;
         self.finish(resp)
+    }
+
+    fn send<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ApiError> {
+        self.send_as(None, method, path, body)
     }
 
     pub fn post<B: Serialize, T: DeserializeOwned>(

@@ -402,8 +402,8 @@ pub struct ActivationNode {
 pub struct NewActivation {
     pub session: u64,
     pub configuration: u64,
-    /// Default: a per-session path under the site's mount root. Only admins may mount
-    /// outside it.
+    /// Default: `mount_root/s<session>-c<configuration>`. Only admins may name one
+    /// (strictly below the site's mount root, not overlapping another activation's).
     #[serde(default)]
     pub mount: Option<String>,
 }

@@ -2,11 +2,15 @@
 //! must have mounted, mounts them with the FUSE client at their per-session path,
 //! unmounts what is no longer wanted, and reports each outcome, failures included.
 //!
+//! Mount points are the agent's own: only below its `mount_root`, made by root through
+//! directories no user can change and never through a symbolic link, and what is
+//! mounted at one is the kernel's word (see `mountpoint.rs`).
+//!
 //! Capabilities never reach users: each instance descriptor (with its capability) is a
 //! root-only file under the agent's state directory (mode 0700 dir, 0600 file) read by
 //! the root-owned client process; rewriting it renews the capability in place.
 
-use crate::cluster::{is_mounted, unmount};
+use crate::mountpoint::{MountRoot, Mounted, DEFAULT_MOUNT_ROOT};
 use spillway_api::config::{self, ClientConfig};
 use spillway_api::{AgentHello, AgentMount, AgentReport, AgentWork, ApiClient, Goal};
 use std::collections::HashMap;
@@ -28,6 +32,9 @@ pub struct AgentConfig {
     /// instead of at its path: several agents of one machine, each a compute node of
     /// its own (`spillway local up --extra-node`), must not mount on top of each other.
     pub mount_prefix: Option<PathBuf>,
+    /// The only directory mounts go below (the manager's `mount_root`; below
+    /// `mount_prefix` if one is set). Anything else the manager names is refused.
+    pub mount_root: PathBuf,
 }
 
 const KEYS: &[&str] = &[
@@ -39,6 +46,7 @@ const KEYS: &[&str] = &[
     "addresses",
     "tunables",
     "mount_prefix",
+    "mount_root",
 ];
 
 fn hostname() -> String {
@@ -70,6 +78,11 @@ impl AgentConfig {
                 .unwrap_or_default(),
             tunables: m.get("tunables").map(PathBuf::from),
             mount_prefix: m.get("mount_prefix").map(PathBuf::from),
+            mount_root: PathBuf::from(
+                m.get("mount_root")
+                    .map(String::as_str)
+                    .unwrap_or(DEFAULT_MOUNT_ROOT),
+            ),
         })
     }
 }
@@ -142,10 +155,20 @@ impl Agent {
     /// Where an activation's mount goes on this node: its path, below `mount_prefix`
     /// if one is set.
     fn mount_point(&self, mount: &str) -> PathBuf {
+        self.prefixed(Path::new(mount))
+    }
+
+    fn prefixed(&self, p: &Path) -> PathBuf {
         match &self.cfg.mount_prefix {
-            Some(p) => p.join(mount.trim_start_matches('/')),
-            None => PathBuf::from(mount),
+            Some(pre) => pre.join(p.strip_prefix("/").unwrap_or(p)),
+            None => p.to_path_buf(),
         }
+    }
+
+    /// This node's mount root, created if missing and checked (every time: a check
+    /// made once at start would not see a directory changed since).
+    fn mount_root(&self) -> Result<MountRoot, String> {
+        MountRoot::open(&self.prefixed(&self.cfg.mount_root))
     }
 
     /// The file recording where an activation is mounted here (for unmounts after a
@@ -190,19 +213,29 @@ impl Agent {
         let desc_path = self.desc_path(m.activation);
         // Always (re)written: a renewed capability reaches the client on its next connect.
         Self::write_private(&desc_path, desc)?;
-        let mnt = &self.mount_point(&m.mount);
+        let instance = spillway_types::InstanceDescriptor::parse(desc)
+            .map_err(|e| format!("bad descriptor: {e}"))?
+            .instance;
+        let root = self.mount_root()?;
+        // Made component by component below the root, never through a symlink, each a
+        // root-owned directory no one else may write: the path handed to mount(2) below
+        // names this very directory (no user can swap any part of it).
+        let mp = root.prepare(&self.mount_point(&m.mount))?;
+        let mnt = &mp.path;
         let mnt_text = mnt
             .to_str()
             .ok_or_else(|| format!("mount point {} is not UTF-8", mnt.display()))?;
         Self::write_private(&self.mount_path(m.activation), mnt_text)?;
-        if is_mounted(mnt) {
-            return Ok(());
+        if let Mounted::Spillway(e) = &mp.mounted {
+            if e.source == format!("spillway:{instance}") {
+                return Ok(());
+            }
+            return Err(format!(
+                "{} holds another instance's mount ({}): not mounting over it",
+                mnt.display(),
+                e.source
+            ));
         }
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(mnt)
-            .map_err(|e| format!("cannot create mount point {}: {e}", mnt.display()))?;
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(exe);
         cmd.arg("mount")
@@ -232,13 +265,20 @@ impl Agent {
         Ok(())
     }
 
-    /// Unmount an activation mounted at `mnt` (this node's mount point).
+    /// Unmount an activation mounted at `mnt` (this node's mount point): every mount
+    /// stacked there, its client process, and the directory.
     fn unmount(&mut self, activation: u64, mnt: &Path) -> Result<(), String> {
-        unmount(mnt, Some(&self.pid_path(activation)))?;
-        if is_mounted(mnt) {
-            return Err(format!("{} is still mounted", mnt.display()));
+        let root = self.mount_root()?;
+        if root.contains(mnt) {
+            root.unmount(mnt, Some(&self.pid_path(activation)))?;
+        } else if std::fs::read_to_string(self.mount_path(activation))
+            .is_ok_and(|m| Path::new(&m) == mnt)
+        {
+            // Mounted by an agent from before mount roots (our own record says so):
+            // take it down where it is, but never make or remove anything there.
+            crate::mountpoint::unmount(mnt, Some(&self.pid_path(activation)))?;
         }
-        let _ = std::fs::remove_dir(mnt);
+        // Otherwise never mounted here (this agent refuses such paths): nothing to do.
         for p in [
             self.desc_path(activation),
             self.mount_path(activation),
@@ -322,6 +362,10 @@ impl Agent {
 
 /// Run until killed.
 pub fn run(cfg: AgentConfig) -> Result<(), String> {
+    if cfg.mount_prefix.as_ref().is_some_and(|p| !p.is_absolute()) || !cfg.mount_root.is_absolute()
+    {
+        return Err("mount_root and mount_prefix must be absolute paths".into());
+    }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -336,6 +380,10 @@ pub fn run(cfg: AgentConfig) -> Result<(), String> {
         reported: HashMap::new(),
         failed_at: HashMap::new(),
     };
+    // Made now so that a site's misconfiguration shows at start; each mount checks again.
+    if let Err(e) = agent.mount_root() {
+        tracing::error!("mount root: {e} (every mount will fail until this is fixed)");
+    }
     let node = agent.cfg.node.clone();
     let mut version: Option<u64> = None;
     let mut said_hello = false;

@@ -7,6 +7,7 @@
 //! instance secret (kept in `DIR/instance.secret`, mode 0600, for the servers only) and
 //! mints the client's capability into `DIR/instance.json` (mode 0600).
 
+pub use crate::mountpoint::{alive, is_mounted, stop_pid, unmount};
 use crate::size::human;
 use serde::{Deserialize, Serialize};
 use spillway_types::capability::{self, Capability};
@@ -177,9 +178,12 @@ fn spawn_server(dir: &Path, s: &ServerState) -> Result<i32, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&s.root).map_err(|e| format!("{}: {e}", s.root.display()))?;
     let log_path = dir.join("logs").join(format!("server-{}.log", s.index));
+    use std::os::unix::fs::OpenOptionsExt;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        // Logs name users' files: root's alone.
+        .mode(0o600)
         .open(&log_path)
         .map_err(|e| format!("{}: {e}", log_path.display()))?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
@@ -229,42 +233,6 @@ fn wait_listening(s: &ServerState, pid: i32) -> Result<(), String> {
             ));
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-pub fn alive(pid: i32) -> bool {
-    // A zombie child of ours still "exists": reap it first.
-    // SAFETY: waitpid with WNOHANG on a pid; harmless if it is not our child.
-    unsafe {
-        let mut st = 0;
-        libc::waitpid(pid, &mut st, libc::WNOHANG);
-    }
-    // SAFETY: signal 0 only checks existence.
-    if unsafe { libc::kill(pid, 0) } != 0 {
-        return false;
-    }
-    // An exited process that is not our child stays a zombie until its parent (often
-    // init) reaps it: it is gone for our purposes.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next());
-    !matches!(state, Some('Z') | Some('X') | None)
-}
-
-pub fn stop_pid(pid: i32, first: i32) {
-    // SAFETY: plain kill(2).
-    unsafe { libc::kill(pid, first) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if alive(pid) {
-        // SAFETY: plain kill(2).
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        while alive(pid) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 }
 
@@ -353,6 +321,12 @@ fn dev_capability(secret: &[u8], st: &ClusterState) -> Result<Vec<u8>, String> {
 pub fn up(a: UpArgs) -> Result<PathBuf, String> {
     let dir = &a.dir;
     std::fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // The servers' roots (the instance secret, metadata, data) and the logs are root's
+    // alone; each server makes its own root 0700 too.
+    for sub in ["logs", "servers"] {
+        spillway_types::files::private_dir(&dir.join(sub))
+            .map_err(|e| format!("{}: {e}", dir.join(sub).display()))?;
+    }
     let dir = dir.canonicalize().map_err(|e| e.to_string())?;
     let resumed = load(&dir).ok();
     let desc_path = dir.join("instance.json");
@@ -455,14 +429,6 @@ pub fn up(a: UpArgs) -> Result<PathBuf, String> {
     Ok(mnt)
 }
 
-pub fn is_mounted(path: &Path) -> bool {
-    let Ok(m) = std::fs::read_to_string("/proc/self/mounts") else {
-        return false;
-    };
-    let p = path.to_string_lossy();
-    m.lines().any(|l| l.split(' ').nth(1) == Some(&p))
-}
-
 fn mount_at(dir: &Path, st: &mut ClusterState, desc: &Path, mnt: &Path) -> Result<(), String> {
     if is_mounted(mnt) {
         return Ok(());
@@ -495,41 +461,6 @@ fn mount_at(dir: &Path, st: &mut ClusterState, desc: &Path, mnt: &Path) -> Resul
         pidfile,
     });
     save(dir, st)
-}
-
-/// Unmount `path` and wait for its client process (from `pidfile`) to exit.
-pub fn unmount(path: &Path, pidfile: Option<&Path>) -> Result<(), String> {
-    let pid = pidfile
-        .and_then(|p| std::fs::read_to_string(p).ok())
-        .and_then(|s| s.trim().parse::<i32>().ok());
-    if is_mounted(path) {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|e| e.to_string())?;
-        // SAFETY: c is a valid path.
-        let r = unsafe { libc::umount2(c.as_ptr(), 0) };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
-            eprintln!(
-                "spillway: {} busy ({e}); detaching it lazily",
-                path.display()
-            );
-            // SAFETY: as above.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
-    }
-    if let Some(pid) = pid {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while alive(pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if alive(pid) {
-            stop_pid(pid, libc::SIGTERM);
-        }
-    }
-    if let Some(p) = pidfile {
-        let _ = std::fs::remove_file(p);
-    }
-    Ok(())
 }
 
 pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {

@@ -14,7 +14,8 @@
 //! session do not mount on top of each other.
 
 use crate::agent::api_client;
-use crate::cluster::{alive, free_port, is_mounted, stop_pid, unmount};
+use crate::cluster::free_port;
+use crate::mountpoint::{alive, stop_pid, unmount};
 use serde::{Deserialize, Serialize};
 use spillway_api::config::ClientConfig;
 use spillway_api::{ApiClient, NewNode, NewPool, Node};
@@ -69,8 +70,8 @@ pub struct UpArgs {
     pub extra_nodes: Vec<String>,
 }
 
-/// `pfs_roots = ...` for manager.conf: absolute paths (resolved when they exist, as the
-/// servers resolve them), colon-separated.
+/// `pfs_roots = ...` for manager.conf and the servers' tunables: absolute paths
+/// (resolved when they exist, as the servers resolve them), colon-separated.
 fn pfs_roots_line(roots: &[PathBuf]) -> Result<String, String> {
     if roots.is_empty() {
         return Ok(String::new());
@@ -120,9 +121,12 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
 fn spawn(dir: &Path, name: &str, args: &[&std::ffi::OsStr]) -> Result<i32, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let log_path = dir.join("logs").join(format!("{name}.log"));
+    use std::os::unix::fs::OpenOptionsExt;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        // Logs name users' files and stages: root's alone.
+        .mode(0o600)
         .open(&log_path)
         .map_err(|e| format!("{}: {e}", log_path.display()))?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
@@ -237,6 +241,13 @@ pub fn up(a: UpArgs) -> Result<(), String> {
     for sub in ["logs", "servers", "manager", "agent", "mounts"] {
         std::fs::create_dir_all(dir.join(sub)).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
+    // What holds secrets or metadata (the manager's database, the servers' roots, the
+    // agent's descriptors, logs naming users' files) is root's alone; the site
+    // directory itself stays readable for spillway.conf and tls/ca.pem.
+    for sub in ["logs", "servers", "manager", "agent"] {
+        spillway_types::files::private_dir(&dir.join(sub))
+            .map_err(|e| format!("{}: {e}", dir.join(sub).display()))?;
+    }
     let dir = &std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     spillway_manager::tls::init(&dir.join("tls"), &[])?;
     let munge_line = a
@@ -283,10 +294,11 @@ pub fn up(a: UpArgs) -> Result<(), String> {
         &dir.join("agent.conf"),
         &format!(
             "# spillway local site: this machine's agent\nmanager_url = https://{manager_listen}\n\
-             ca_file = {}\nnode = {}\nstate_dir = {}\n{munge_line}",
+             ca_file = {}\nnode = {}\nstate_dir = {}\nmount_root = {}\n{munge_line}",
             dir.join("tls/ca.pem").display(),
             a.node,
-            dir.join("agent").display()
+            dir.join("agent").display(),
+            dir.join("mounts").display()
         ),
     )?;
     for n in &a.extra_nodes {
@@ -296,14 +308,19 @@ pub fn up(a: UpArgs) -> Result<(), String> {
             &format!(
                 "# spillway local site: compute node {n} of this machine\n\
                  manager_url = https://{manager_listen}\nca_file = {}\nnode = {n}\n\
-                 state_dir = {}\nmount_prefix = {}\n{munge_line}",
+                 state_dir = {}\nmount_prefix = {}\nmount_root = {}\n{munge_line}",
                 dir.join("tls/ca.pem").display(),
                 dir.join(&name).display(),
-                dir.join("nodes").join(n).display()
+                dir.join("nodes").join(n).display(),
+                dir.join("mounts").display()
             ),
         )?;
     }
-    write(&dir.join("server.tunables"), &munge_line)?;
+    // The servers take their PFS roots from their own configuration only.
+    write(
+        &dir.join("server.tunables"),
+        &format!("{munge_line}{pfs_line}"),
+    )?;
     let mut site = LocalSite {
         manager_listen,
         manager_pid: None,
@@ -501,10 +518,9 @@ fn unmount_left(agent_dir: &Path) {
         {
             if let Ok(m) = std::fs::read_to_string(e.path()) {
                 let pid = agent_dir.join(format!("activation-{id}.pid"));
-                if is_mounted(Path::new(&m)) {
-                    if let Err(err) = unmount(Path::new(&m), Some(&pid)) {
-                        eprintln!("spillway: {m}: {err}");
-                    }
+                // Every mount stacked there and the client process, mounted or not.
+                if let Err(err) = unmount(Path::new(&m), Some(&pid)) {
+                    eprintln!("spillway: {m}: {err}");
                 }
             }
         }

@@ -17,6 +17,7 @@ mod agent;
 mod cluster;
 mod daemon;
 mod local;
+mod mountpoint;
 mod run;
 mod size;
 mod stripes;
@@ -49,7 +50,8 @@ enum Cmd {
         /// Address to listen on, e.g. 127.0.0.1:7000.
         #[arg(long)]
         listen: String,
-        /// File of `key = value` tunables.
+        /// File of `key = value` tunables (`pfs_roots = /pfs:/scratch` names the PFS
+        /// directories stages may use; without it the server refuses every stage).
         #[arg(long)]
         tunables: Option<PathBuf>,
     },
@@ -193,7 +195,8 @@ enum LocalCmd {
         /// Start the processes only: create no pool and register no server.
         #[arg(long)]
         bare: bool,
-        /// A PFS root stages may use (repeatable): written to manager.conf's pfs_roots.
+        /// A PFS root stages may use (repeatable): written to manager.conf's pfs_roots
+        /// and to the servers' tunables (a server stages only under its own roots).
         #[arg(long = "pfs-root", value_name = "DIR")]
         pfs_root: Vec<PathBuf>,
         /// A group whose members are admins (manager.conf's admin_group), e.g. the
@@ -356,6 +359,8 @@ fn run(cli: Cli) -> Result<(), String> {
             listen,
             tunables,
         } => {
+            // Whatever the server creates is private unless it says otherwise.
+            spillway_types::files::private_umask();
             init_logging(&cli.log_level);
             let tunables = load_tunables(&tunables)?;
             spillway_server::run_server(spillway_server::ServerArgs {
@@ -374,6 +379,8 @@ fn run(cli: Cli) -> Result<(), String> {
             manager_config,
             root_dir,
         } => {
+            // The mount's pid file and log are root's alone, like its descriptor.
+            spillway_types::files::private_umask();
             let desc = InstanceDescriptor::load(&instance).map_err(|e| e.to_string())?;
             if let Some(d) = &root_dir {
                 spillway_client::root::parse_root_dir(d)?;

@@ -9,9 +9,14 @@
 //! instance, and says how to retry or give up: nothing owed to the PFS is dropped
 //! without the user saying so.
 
+mod as_user;
+mod private;
+
 use spillway_api::ApiClient;
+use spillway_jobs::input;
 use spillway_jobs::phases::{self, PhaseError, SetupRequest, Teardown};
 use spillway_jobs::JobSpec;
+use spillway_types::identity::{self, Identity, Passwd};
 use std::ffi::CString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -32,42 +37,33 @@ pub struct RunArgs {
 /// 0x03FFFFFF), so that both can share a site.
 const TOKEN_BASE: u64 = 1_000_000_000_000;
 
-/// The job's user: name, uid, primary gid, home, shell.
-struct User {
-    name: String,
-    uid: u32,
-    gid: u32,
-    home: String,
-    shell: String,
-}
+/// The job's user: name, uid, primary gid, home (`dir`), shell.
+type User = Passwd;
 
 fn user_named(name: &str) -> Result<User, String> {
-    let c = CString::new(name).map_err(|_| format!("invalid user name {name:?}"))?;
-    // SAFETY: getpwnam returns a pointer into static storage or null; we copy out at
-    // once (this process has one thread here).
-    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
-    if pw.is_null() {
-        return Err(format!("no user {name:?}"));
+    Passwd::by_name(name)
+        .map_err(|e| format!("cannot look up user {}: {e}", input::shown(name)))?
+        .ok_or_else(|| format!("no user {}", input::shown(name)))
+}
+
+/// This process runs as root: it reads the script as the job's user and hands the
+/// job its files through descriptors only.
+fn privileged() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The job script, read with the job's user's own permissions (root reads it as the
+/// user: a symlink to, or a copy of, a file the user may not read is refused), a
+/// regular file of at most Slurm's script limit (4 MiB).
+fn read_script(path: &std::path::Path, user: &User) -> Result<Vec<u8>, String> {
+    const WHAT: &str = "the job script";
+    if !privileged() {
+        return input::read_regular(path, input::MAX_SCRIPT_BYTES, WHAT);
     }
-    let s = |p: *const libc::c_char| {
-        if p.is_null() {
-            String::new()
-        } else {
-            // SAFETY: a NUL-terminated string of the passwd entry.
-            unsafe { std::ffi::CStr::from_ptr(p) }
-                .to_string_lossy()
-                .into_owned()
-        }
-    };
-    // SAFETY: pw is non-null and points at a valid passwd entry.
-    let pw = unsafe { &*pw };
-    Ok(User {
-        name: name.to_string(),
-        uid: pw.pw_uid,
-        gid: pw.pw_gid,
-        home: s(pw.pw_dir),
-        shell: s(pw.pw_shell),
-    })
+    let id = Identity::of(user)?;
+    as_user::read_as(&id, path, input::MAX_SCRIPT_BYTES, WHAT)
+        .map_err(|e| format!("{e} (read as {}, the job's user)", user.name))
 }
 
 /// Who the job runs as: `--user`, else the caller, else (root) the user sudo came
@@ -128,10 +124,10 @@ fn fresh_token(api: &ApiClient) -> Result<String, String> {
 
 pub fn run(a: RunArgs) -> Result<i32, String> {
     step("validate");
-    let text =
-        std::fs::read(&a.script).map_err(|e| format!("cannot read {}: {e}", a.script.display()))?;
-    let spec = JobSpec::parse(&text).map_err(|e| format!("{}:\n{e}", a.script.display()))?;
     let user = job_user(a.user.as_deref())?;
+    let text = read_script(&a.script, &user)?;
+    let spec =
+        JobSpec::parse(&text).map_err(|e| format!("{}:\n{e}", input::shown_path(&a.script)))?;
     println!(
         "    {}: {} stage-in(s), {} stage-out(s){}{}; runs as {} (uid {})",
         a.script.display(),
@@ -163,7 +159,8 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     } else {
         a.nodes.clone()
     };
-    let fail = |e: PhaseError| e.to_string();
+    // Long values in a phase's message are cut, as dw_wlm_cli cuts them.
+    let fail = |e: PhaseError| input::cut_values(&e.to_string());
 
     // Everything before the script: on failure, tear down in a hurry.
     let before = || -> Result<Vec<(String, String)>, String> {
@@ -187,7 +184,9 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         for (name, hurry) in &spec.destroy {
             step(&format!("destroy persistent {name}"));
             let t = Instant::now();
-            match phases::teardown(&api, name, *hurry).map_err(fail)? {
+            // For the job's user only: whoever runs `spillway run` lends it no right
+            // over other users' instances.
+            match phases::teardown_for(&api, name, *hurry, user.uid).map_err(fail)? {
                 Teardown::NotFound => println!("    no persistent instance {name} {}", took(t)),
                 Teardown::Done { session, .. } => {
                     println!("    session {session} torn down {}", took(t))
@@ -235,8 +234,10 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         Err(e) => {
             println!("    FAILED: {e}");
             step("teardown (hurry: the job did not run)");
-            match phases::teardown(&api, &token, true) {
+            match phases::teardown_for(&api, &token, true, user.uid) {
                 Ok(_) => println!("    done"),
+                // `--token` named another user's session: not the job's to tear down.
+                Err(PhaseError::Refused(m)) => println!("    nothing torn down: {m}"),
                 Err(t) => println!(
                     "    FAILED: {t}; the session of token {token} is left: remove it with `dwcli rm session <id>` (dwstat sessions)"
                 ),
@@ -282,7 +283,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     }
     step("teardown");
     let t = Instant::now();
-    match phases::teardown(&api, &token, false).map_err(fail)? {
+    match phases::teardown_for(&api, &token, false, user.uid).map_err(fail)? {
         Teardown::NotFound => println!("    nothing to tear down {}", took(t)),
         Teardown::Done { session, .. } => println!("    session {session} torn down {}", took(t)),
     }
@@ -301,29 +302,9 @@ fn run_script(
     vars: &[(String, String)],
     site_config: &std::path::Path,
 ) -> Result<i32, String> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let dir = std::env::temp_dir().join(format!("spillway-run-{token}"));
-    std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let cleanup = Cleanup(dir.clone());
-    std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid))
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    let copy = dir.join("script");
-    {
-        use std::io::Write;
-        let end = text.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o700)
-            .open(&copy)
-            .map_err(|e| format!("{}: {e}", copy.display()))?;
-        f.write_all(&text[..end])
-            .map_err(|e| format!("{}: {e}", copy.display()))?;
-    }
-    std::os::unix::fs::chown(&copy, Some(user.uid), Some(user.gid))
-        .map_err(|e| format!("{}: {e}", copy.display()))?;
+    let priv_ = privileged();
+    let dir = private::JobDir::make(token, priv_.then_some((user.uid, user.gid)), text)?;
+    let copy = dir.script().to_path_buf();
     let mut cmd = if text.starts_with(b"#!") {
         Command::new(&copy)
     } else {
@@ -334,9 +315,11 @@ fn run_script(
     cmd.args(&a.script_args);
     let cwd = match &a.chdir {
         Some(d) => d.clone(),
-        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(&user.home)),
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(&user.dir)),
     };
-    cmd.current_dir(&cwd);
+    if !priv_ {
+        cmd.current_dir(&cwd);
+    }
     cmd.env_clear();
     for k in ["PATH", "TERM", "LANG", "LC_ALL", "TZ"] {
         if let Ok(v) = std::env::var(k) {
@@ -346,7 +329,7 @@ fn run_script(
     if std::env::var_os("PATH").is_none() {
         cmd.env("PATH", "/usr/local/bin:/usr/bin:/bin");
     }
-    cmd.env("HOME", &user.home)
+    cmd.env("HOME", &user.dir)
         .env("USER", &user.name)
         .env("LOGNAME", &user.name)
         .env("SHELL", &user.shell)
@@ -355,18 +338,22 @@ fn run_script(
     for (k, v) in vars {
         cmd.env(k, v);
     }
-    // SAFETY: getuid cannot fail.
-    if unsafe { libc::getuid() } == 0 {
-        let name = CString::new(user.name.clone()).map_err(|e| e.to_string())?;
+    if priv_ {
+        // Looked up now: between fork and exec only async-signal-safe calls may run
+        // (initgroups would read the group database there).
+        let groups = identity::groups_of(&user.name, user.gid)?;
+        let dir = CString::new(cwd.as_os_str().as_encoded_bytes())
+            .map_err(|_| format!("bad directory {}", cwd.display()))?;
         let (uid, gid) = (user.uid, user.gid);
-        // SAFETY: between fork and exec, in the child only: its supplementary groups,
-        // then its gid, then its uid (std's own uid/gid switch runs before pre_exec
-        // closures, when initgroups would no longer be allowed).
+        // SAFETY: between fork and exec, in the child only, async-signal-safe calls:
+        // its supplementary groups, then its gid, then its uid; then the working
+        // directory, entered with the user's own permissions.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::initgroups(name.as_ptr(), gid) != 0
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
                     || libc::setgid(gid) != 0
                     || libc::setuid(uid) != 0
+                    || libc::chdir(dir.as_ptr()) != 0
                 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -377,17 +364,9 @@ fn run_script(
     let status = cmd
         .status()
         .map_err(|e| format!("cannot run {} as {}: {e}", a.script.display(), user.name))?;
-    drop(cleanup);
+    drop(dir);
     use std::os::unix::process::ExitStatusExt;
     Ok(status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
-}
-
-struct Cleanup(PathBuf);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

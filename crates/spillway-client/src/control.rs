@@ -6,8 +6,10 @@
 //! holds NUL-terminated fields, the operation first. The answer overwrites it: the
 //! result (`0` or a negative errno, as decimal text), then the results (on error, one
 //! field: a message). The caller's uid is the kernel's (the FUSE request header), never
-//! the message's. The mount runs as root: every REST call is an admin request, and
-//! the ones that create stages name the caller as `owner`.
+//! the message's. The mount runs as root, but every REST call acts as the caller
+//! (`ACT_AS_HEADER` with that uid): the manager authorises it exactly as that user's own
+//! call, so a user reaches through a mount only what the API lets them do (another
+//! user's instance answers 403 or 404, as to them), and root stays an admin.
 //!
 //! Nothing a caller sends can make this panic or hang: the codec checks every length
 //! and field (malformed: `-EINVAL`), requests run on threads of their own (at most
@@ -468,27 +470,25 @@ pub fn encode_request(r: &Request) -> Result<Vec<u8>, Errno> {
 // ---------------------------------------------------------------------- the manager
 
 /// The manager as the channel uses it (the real one is `ApiClient`; tests fake it).
+/// Every call is made as the user `uid` (the caller of the ioctl).
 pub trait Rest: Send + Sync {
-    fn get(&self, path: &str) -> Result<Value, ApiError>;
+    fn get(&self, uid: u32, path: &str) -> Result<Value, ApiError>;
     /// POST, PATCH or PUT with a JSON body.
-    fn send(&self, method: &str, path: &str, body: &Value) -> Result<Value, ApiError>;
+    fn send(&self, uid: u32, method: &str, path: &str, body: &Value) -> Result<Value, ApiError>;
 }
 
 impl Rest for ApiClient {
-    fn get(&self, path: &str) -> Result<Value, ApiError> {
-        ApiClient::get(self, path)
+    fn get(&self, uid: u32, path: &str) -> Result<Value, ApiError> {
+        self.get_as(Some(uid), path)
     }
-    fn send(&self, method: &str, path: &str, body: &Value) -> Result<Value, ApiError> {
-        match method {
-            "POST" => self.post(path, body),
-            "PATCH" => self.patch(path, body),
-            _ => self.put(path, body),
-        }
+    fn send(&self, uid: u32, method: &str, path: &str, body: &Value) -> Result<Value, ApiError> {
+        self.send_as(Some(uid), method, path, body)
     }
 }
 
-/// HTTP errors as errnos (docs/staging.md): 400 EINVAL, 401/403 EACCES, 404 ENOENT,
-/// 409 EBUSY, anything else EIO; a manager that cannot be reached EHOSTUNREACH.
+/// HTTP errors as errnos (docs/staging.md, docs/libdatawarp.md): 400 EINVAL, 401/403
+/// EACCES (another user's instance the caller may see), 404 ENOENT (also one they may
+/// not see), 409 EBUSY, anything else EIO; a manager that cannot be reached EHOSTUNREACH.
 pub fn api_errno(e: &ApiError) -> Errno {
     match e {
         ApiError::Status { status, .. } => Errno(match status {
@@ -531,13 +531,6 @@ fn int(v: &Value, key: &str) -> Result<i64, Answer> {
 
 fn dec(n: i64) -> Vec<u8> {
     n.to_string().into_bytes()
-}
-
-/// Is `p` the instance path `base` or below it?
-fn under(p: &str, base: &str) -> bool {
-    base == "/"
-        || p == base
-        || (p.len() > base.len() && p.starts_with(base) && p.as_bytes()[base.len()] == b'/')
 }
 
 // ---------------------------------------------------------------------- the channel
@@ -693,13 +686,13 @@ impl Control {
                 }
                 a
             }
-            Request::Counts { scope, path } => self.counts(m, *scope, &at(path), None),
+            Request::Counts { scope, path } => self.counts(m, uid, *scope, &at(path), None),
             Request::Wait {
                 scope,
                 path,
                 timeout_ms,
             } => {
-                let a = self.wait(m, *scope, &at(path), *timeout_ms);
+                let a = self.wait(m, uid, *scope, &at(path), *timeout_ms);
                 if a.is_ok() && *scope == Scope::File {
                     self.forget_entry(path);
                 }
@@ -710,8 +703,8 @@ impl Control {
                 scope,
                 path,
             } => self.action(m, uid, *action, *scope, &at(path)),
-            Request::Concurrency { value } => self.concurrency(m, *value),
-            Request::Failures { after } => self.failures(m, after),
+            Request::Concurrency { value } => self.concurrency(m, uid, *value),
+            Request::Failures { after } => self.failures(m, uid, after),
             Request::Accounting => return self.accounting(ino),
         };
         r.unwrap_or_else(|a| a)
@@ -746,7 +739,9 @@ impl Control {
             "when": match when { When::Immediate => "immediate", When::JobEnd => "job_end" },
             "owner": uid,
         });
-        let v = m.send("POST", "/dw/v1/stages", &body).map_err(api_answer)?;
+        let v = m
+            .send(uid, "POST", "/dw/v1/stages", &body)
+            .map_err(api_answer)?;
         Ok(Answer::ok(vec![dec(int(&v, "id")?)]))
     }
 
@@ -769,12 +764,13 @@ impl Control {
     fn counts(
         &self,
         m: &dyn Rest,
+        uid: u32,
         scope: Scope,
         path: &str,
         wait_secs: Option<u32>,
     ) -> Result<Answer, Answer> {
         let v = m
-            .get(&self.counts_path(scope, path, wait_secs))
+            .get(uid, &self.counts_path(scope, path, wait_secs))
             .map_err(api_answer)?;
         let started = v.get("started").and_then(Value::as_bool).ok_or_else(|| {
             Answer::err(Errno(libc::EIO), format!("no `started` in the answer: {v}"))
@@ -791,12 +787,13 @@ impl Control {
     fn wait(
         &self,
         m: &dyn Rest,
+        uid: u32,
         scope: Scope,
         path: &str,
         timeout_ms: u32,
     ) -> Result<Answer, Answer> {
         let secs = timeout_ms.div_ceil(1000);
-        let c = self.counts(m, scope, path, (secs > 0).then_some(secs))?;
+        let c = self.counts(m, uid, scope, path, (secs > 0).then_some(secs))?;
         // complete, pending, deferred, failed, started
         if c.fields.get(4).map(Vec::as_slice) != Some(b"1") {
             return Err(Answer::err(
@@ -811,6 +808,9 @@ impl Control {
         }
     }
 
+    /// Terminate, revoke or activate the stages at `path` through the manager's
+    /// `stage_actions`, as the caller: a user acts only on stages of instances they own
+    /// (the manager's check), root on any.
     fn action(
         &self,
         m: &dyn Rest,
@@ -819,85 +819,34 @@ impl Control {
         scope: Scope,
         path: &str,
     ) -> Result<Answer, Answer> {
-        let name = match action {
-            Action::Terminate => "terminate",
-            Action::Revoke => "revoke",
-            Action::Activate => "activate",
-        };
-        if uid == 0 {
-            let body = json!({
-                "action": name,
-                "path": path,
-                "scope": match scope { Scope::File => "file", Scope::Tree => "tree" },
-            });
-            let v = m
-                .send(
-                    "POST",
-                    &format!("/dw/v1/instances/{}/stage_actions", self.instance),
-                    &body,
-                )
-                .map_err(api_answer)?;
-            let n = v
-                .get("stages")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
-            return Ok(Answer::ok(vec![dec(n as i64)]));
-        }
-        // Anyone else changes only their own stages: the manager's stage_actions
-        // cannot be told whose stages to act on (docs/libdatawarp.md), so the client
-        // picks the caller's stages of that path itself and changes them one by one.
-        let states: &[&str] = match action {
-            Action::Terminate => &["queued", "deferred", "running"],
-            Action::Revoke | Action::Activate => &["deferred"],
-        };
-        let mut ids = Vec::new();
-        for state in states {
-            let v = m
-                .get(&format!(
-                    "/dw/v1/stages?instance={}&state={state}",
-                    self.instance
-                ))
-                .map_err(api_answer)?;
-            let list = v.get("stages").and_then(Value::as_array).ok_or_else(|| {
-                Answer::err(Errno(libc::EIO), format!("no `stages` in the answer: {v}"))
-            })?;
-            for s in list {
-                if s.get("owner").and_then(Value::as_u64) == Some(u64::from(uid))
-                    && stage_touches(s, scope, path)
-                {
-                    if let Some(id) = s.get("id").and_then(Value::as_u64) {
-                        if !ids.contains(&id) {
-                            ids.push(id);
-                        }
-                    }
-                }
-            }
-        }
-        if ids.is_empty() {
-            return Err(Answer::err(
-                Errno(libc::ENOENT),
-                format!("no stage of yours to {name} at {path}"),
-            ));
-        }
-        let mut done = 0i64;
-        for id in ids {
-            match m.send(
-                "PATCH",
-                &format!("/dw/v1/stages/{id}"),
-                &json!({ "action": name }),
-            ) {
-                Ok(_) => done += 1,
-                // Ended or changed meanwhile: nothing left to do to it.
-                Err(e) if matches!(e.status(), Some(404) | Some(409)) => {}
-                Err(e) => return Err(api_answer(e)),
-            }
-        }
-        Ok(Answer::ok(vec![dec(done)]))
-    }
-
-    fn concurrency(&self, m: &dyn Rest, value: u32) -> Result<Answer, Answer> {
+        let body = json!({
+            "action": match action {
+                Action::Terminate => "terminate",
+                Action::Revoke => "revoke",
+                Action::Activate => "activate",
+            },
+            "path": path,
+            "scope": match scope { Scope::File => "file", Scope::Tree => "tree" },
+        });
         let v = m
             .send(
+                uid,
+                "POST",
+                &format!("/dw/v1/instances/{}/stage_actions", self.instance),
+                &body,
+            )
+            .map_err(api_answer)?;
+        let n = v
+            .get("stages")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        Ok(Answer::ok(vec![dec(n as i64)]))
+    }
+
+    fn concurrency(&self, m: &dyn Rest, uid: u32, value: u32) -> Result<Answer, Answer> {
+        let v = m
+            .send(
+                uid,
                 "PUT",
                 &format!("/dw/v1/instances/{}/stage_concurrency", self.instance),
                 &json!({ "value": value }),
@@ -910,18 +859,21 @@ impl Control {
     /// in path order. A mount of one directory answers only the failures below it:
     /// they are one run in path order (every path that starts with `dir/`), from the
     /// cursor `dir/` to the first path that does not start with it.
-    fn failures(&self, m: &dyn Rest, after: &str) -> Result<Answer, Answer> {
+    fn failures(&self, m: &dyn Rest, uid: u32, after: &str) -> Result<Answer, Answer> {
         let cursor = match (after, self.root.is_instance_root()) {
             ("", true) => String::new(),
             ("", false) => format!("{}/", self.root.path()),
             (a, _) => self.root.inst_path(a),
         };
         let v = m
-            .get(&format!(
-                "/dw/v1/instances/{}/stage_failures?after={}&limit={FAILURES_PAGE}",
-                self.instance,
-                query_escape(&cursor)
-            ))
+            .get(
+                uid,
+                &format!(
+                    "/dw/v1/instances/{}/stage_failures?after={}&limit={FAILURES_PAGE}",
+                    self.instance,
+                    query_escape(&cursor)
+                ),
+            )
             .map_err(api_answer)?;
         let list = v.get("failures").and_then(Value::as_array).ok_or_else(|| {
             Answer::err(
@@ -1027,35 +979,6 @@ impl Control {
         });
         Ok(doc.to_string())
     }
-}
-
-/// Does stage `s` (the manager's stage object) concern the instance path `path`: its
-/// own instance path(s) are `path` (file) or lie under it (tree), or it is a directory
-/// stage whose tree holds `path`.
-fn stage_touches(s: &Value, scope: Scope, path: &str) -> bool {
-    let out = s.get("direction").and_then(Value::as_str) == Some("out");
-    let side = |o: &Value| -> Option<String> {
-        let key = if out { "source" } else { "destination" };
-        o.get(key).and_then(Value::as_str).map(str::to_string)
-    };
-    let mut mine: Vec<String> = Vec::new();
-    match s.get("type").and_then(Value::as_str) {
-        Some("list") => {
-            if let Some(pairs) = s.get("pairs").and_then(Value::as_array) {
-                mine.extend(pairs.iter().filter_map(side));
-            }
-        }
-        _ => mine.extend(side(s)),
-    }
-    let is_dir = s.get("type").and_then(Value::as_str) == Some("directory");
-    mine.iter().any(|p| {
-        let p = instance_path(p.as_bytes()).unwrap_or_else(|_| p.clone());
-        let exact_or_below = match scope {
-            Scope::File => p == path,
-            Scope::Tree => under(&p, path),
-        };
-        exact_or_below || (is_dir && under(path, &p))
-    })
 }
 
 #[cfg(test)]

@@ -100,8 +100,10 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
         MountOption::CUSTOM("subtype=spillway".into()),
         MountOption::DefaultPermissions,
         MountOption::RW,
-        MountOption::Dev,
-        MountOption::Suid,
+        // Files of an instance are its users': a setuid binary or a device node in it
+        // must never give anyone more than the user who put it there had.
+        MountOption::NoDev,
+        MountOption::NoSuid,
     ];
     config.acl = SessionACL::All;
     config.n_threads = Some(args.tunables.fuse_threads.max(1));
@@ -172,7 +174,7 @@ fn mount_device(mountpoint: &std::path::Path) -> Option<String> {
 }
 
 /// mountinfo writes space, tab, newline and backslash in paths as `\ooo` octal.
-fn unescape_mountinfo(s: &str) -> String {
+pub fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -165,7 +165,8 @@ pub enum Create {
     /// An activation: a configuration mounted on a session's client nodes
     #[command(alias = "activations")]
     Activation {
-        /// [default: a per-session path under the site's mount root]
+        /// Admins only: a path strictly below the site's mount root [default: a
+        /// per-session path under it; users always get that one]
         #[arg(long, value_name = "PATH")]
         mount: Option<String>,
         #[arg(long, value_name = "SESS-ID")]

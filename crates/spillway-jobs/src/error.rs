@@ -11,10 +11,12 @@ pub struct ScriptError {
 }
 
 impl ScriptError {
+    /// Long values quoted in `message` are cut (`input::cut_values`): a script's
+    /// 10 MB value must not come back whole in the message.
     pub fn at(line: usize, message: impl Into<String>) -> ScriptError {
         ScriptError {
             line,
-            message: message.into(),
+            message: crate::input::cut_values(&message.into()),
         }
     }
 

@@ -6,11 +6,14 @@
 //! * `job`       — a whole script checked and resolved into a [`JobSpec`]: one job
 //!   instance, stage paths with `$DW_*` expanded to (instance, path).
 //! * `error`     — one message per wrong line, each naming its line.
+//! * `input`     — bounded reads of the files the tools are given, and long values cut
+//!   from messages.
 //! * `phases`    — the burst-buffer phases of a job on the manager's REST API, shared
 //!   by `dw_wlm_cli`, `burst_buffer.lua` (through it) and `spillway run`.
 
 pub mod directive;
 pub mod error;
+pub mod input;
 pub mod job;
 pub mod phases;
 pub mod script;

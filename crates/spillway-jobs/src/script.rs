@@ -49,9 +49,9 @@ pub struct RawDirective {
     pub leading: bool,
 }
 
-/// The most a script may hold: Slurm itself takes scripts up to 4 MiB by default; a
-/// directive is a line, so this bounds the work a hostile file can cause.
-pub const MAX_SCRIPT_BYTES: usize = 64 << 20;
+/// The most a script may hold: Slurm's own limit (4 MiB by default); a directive is a
+/// line, so this bounds the work a hostile file can cause.
+pub const MAX_SCRIPT_BYTES: usize = crate::input::MAX_SCRIPT_BYTES as usize;
 /// A directive longer than this (after joining continuations) is refused.
 pub const MAX_DIRECTIVE_BYTES: usize = 64 << 10;
 
@@ -150,6 +150,14 @@ pub fn directives(script: &[u8]) -> Result<Vec<RawDirective>, ScriptErrors> {
                     continue;
                 }
             }
+            None if body.len() > MAX_DIRECTIVE_BYTES => {
+                errors.push(ScriptError::at(
+                    lineno,
+                    format!("the directive is longer than {MAX_DIRECTIVE_BYTES} bytes"),
+                ));
+                open = None;
+                continue;
+            }
             None => {
                 out.push(RawDirective {
                     line: lineno,
@@ -220,6 +228,16 @@ mod tests {
         assert!(e.to_string().contains("does not start with #DW"), "{e}");
         let e = directives(b"#DW jobdw \\").unwrap_err();
         assert!(e.to_string().contains("script ends"), "{e}");
+    }
+
+    #[test]
+    fn long_directives_and_scripts_are_refused() {
+        let line = format!("#DW jobdw capacity={}\n", "9".repeat(MAX_DIRECTIVE_BYTES));
+        let e = directives(line.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("longer than"), "{e}");
+        let big = vec![b'#'; MAX_SCRIPT_BYTES + 1];
+        let e = directives(&big).unwrap_err();
+        assert!(e.to_string().contains("at most"), "{e}");
     }
 
     #[test]

@@ -46,6 +46,21 @@ pub struct Auth {
 /// The longest credential accepted (munged's are a few hundred bytes).
 const MAX_CRED: usize = 8192;
 
+/// The request header with which an admin acts as another user: its value is a uid
+/// (decimal). The request is then authorised exactly as if that user had called. The
+/// FUSE client's control channel (root) sends it with the uid of the process that made
+/// the ioctl, so users get through a mount exactly what the API gives them.
+pub const ACT_AS_HEADER: &str = "x-spillway-as-uid";
+
+/// Why an act-as header was not honoured.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ActAsError {
+    /// Not a uid (400).
+    Malformed(String),
+    /// The authenticated caller may not act as anyone else (403).
+    NotAdmin(String),
+}
+
 impl Auth {
     pub fn new(verifier: Box<dyn Verifier>, admin_group: Option<String>) -> Auth {
         Auth {
@@ -71,6 +86,44 @@ impl Auth {
             .verifier
             .decode(cred)
             .map_err(|e| format!("MUNGE credential refused: {e}"))?;
+        Ok(Caller {
+            uid,
+            gid,
+            admin: self.is_admin(uid, gid),
+        })
+    }
+
+    /// The caller a request is authorised as: `real` (who MUNGE says called), or with an
+    /// act-as header (`value`), the user it names — gid from the name service, admin if
+    /// that user is one. Only an admin may name another user; anyone else naming
+    /// someone else is refused (never ignored). Naming oneself changes nothing, so a
+    /// mount run by a plain user still works.
+    pub fn act_as(&self, real: Caller, value: Option<&str>) -> Result<Caller, ActAsError> {
+        let Some(value) = value else {
+            return Ok(real);
+        };
+        let v = value.trim();
+        let uid = if !v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()) {
+            v.parse::<u32>().ok()
+        } else {
+            None
+        };
+        let uid = uid.ok_or_else(|| {
+            ActAsError::Malformed(format!(
+                "{ACT_AS_HEADER} must be a uid (decimal), not {}",
+                crate::api::quoted(value)
+            ))
+        })?;
+        if uid == real.uid {
+            return Ok(real);
+        }
+        if !real.admin {
+            return Err(ActAsError::NotAdmin(format!(
+                "{ACT_AS_HEADER} is for admins: uid {} may not act as another user",
+                real.uid
+            )));
+        }
+        let gid = identity::primary_gid(uid);
         Ok(Caller {
             uid,
             gid,
@@ -121,6 +174,51 @@ mod tests {
             .contains("refused"));
         let long = format!("MUNGE cred={}", "x".repeat(MAX_CRED + 1));
         assert!(a.caller(Some(&long)).is_err());
+    }
+
+    #[test]
+    fn act_as() {
+        let a = Auth::new(Box::new(Fake), Some("root".into()));
+        let root = a.caller(Some("MUNGE cred=root")).unwrap();
+        let user = a.caller(Some("MUNGE cred=user")).unwrap();
+        // No header: the caller itself.
+        assert_eq!(a.act_as(root, None), Ok(root));
+        // An admin acting as a user is that user: not an admin, gid from NSS (an
+        // unknown uid's own number).
+        let as_user = a.act_as(root, Some("4242")).unwrap();
+        assert_eq!(
+            as_user,
+            Caller {
+                uid: 4242,
+                gid: identity::primary_gid(4242),
+                admin: false
+            }
+        );
+        assert_eq!(as_user.viewer(), crate::db::Viewer::User(4242));
+        // ... and as root, root (an admin); as a member of admin_group, an admin.
+        assert!(a.act_as(root, Some(" 0 ")).unwrap().admin);
+        assert_eq!(a.act_as(root, Some("0")).unwrap().uid, 0);
+        // A user naming someone else is refused, whoever it names; naming oneself is
+        // the same as no header.
+        for other in ["0", "4243", "1"] {
+            match a.act_as(user, Some(other)) {
+                Err(ActAsError::NotAdmin(m)) => assert!(!m.contains(other), "{m}"),
+                r => panic!("{other}: {r:?}"),
+            }
+        }
+        assert_eq!(a.act_as(user, Some("4242")), Ok(user));
+        // Not a uid: refused, the value cut.
+        for bad in ["", "-1", "+5", "4294967296", "0x10", "12 34", "root"] {
+            assert!(
+                matches!(a.act_as(root, Some(bad)), Err(ActAsError::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+        let huge = "9".repeat(1 << 20);
+        match a.act_as(root, Some(&huge)) {
+            Err(ActAsError::Malformed(m)) => assert!(m.len() < 300, "{}", m.len()),
+            r => panic!("{r:?}"),
+        }
     }
 
     #[test]

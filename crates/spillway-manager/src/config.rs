@@ -45,6 +45,16 @@ pub struct ManagerConfig {
     pub stage_concurrency_max: u32,
     /// Files each running stage copies at once.
     pub stage_files_in_flight: u32,
+    /// The TLS handshake and a connection's first request head must be complete within
+    /// this time of the accept (a request's body within this time of its head).
+    pub header_timeout: Duration,
+    /// A kept-alive connection with no request in flight is closed after this time.
+    pub idle_timeout: Duration,
+    /// Connections open at once, all clients (None: the descriptor limit minus a
+    /// reserve for the manager's own use, see `serve::derived_max_connections`).
+    pub max_connections: Option<usize>,
+    /// Connections open at once from one peer (a remote address, or a uid on this host).
+    pub max_connections_per_peer: usize,
 }
 
 pub const KEYS: &[&str] = &[
@@ -67,6 +77,10 @@ pub const KEYS: &[&str] = &[
     "stage_concurrency_min",
     "stage_concurrency_max",
     "stage_files_in_flight",
+    "header_timeout",
+    "idle_timeout",
+    "max_connections",
+    "max_connections_per_peer",
 ];
 
 /// `pfs_roots`: colon- or comma-separated absolute paths, normalised (no empty, `.` or
@@ -150,6 +164,10 @@ impl ManagerConfig {
             stage_concurrency_min: 1,
             stage_concurrency_max: 64,
             stage_files_in_flight: 16,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            max_connections: None,
+            max_connections_per_peer: 64,
         }
     }
 
@@ -239,6 +257,21 @@ impl ManagerConfig {
                 .map(|v| count("stage_files_in_flight", v, 1))
                 .transpose()?
                 .unwrap_or(16),
+            header_timeout: get("header_timeout")
+                .map(|v| secs("header_timeout", v))
+                .transpose()?
+                .unwrap_or(Duration::from_secs(10)),
+            idle_timeout: get("idle_timeout")
+                .map(|v| secs("idle_timeout", v))
+                .transpose()?
+                .unwrap_or(Duration::from_secs(30)),
+            max_connections: get("max_connections")
+                .map(|v| count("max_connections", v, 1).map(|n| n as usize))
+                .transpose()?,
+            max_connections_per_peer: get("max_connections_per_peer")
+                .map(|v| count("max_connections_per_peer", v, 1).map(|n| n as usize))
+                .transpose()?
+                .unwrap_or(64),
         };
         if c.stage_concurrency_min > c.stage_concurrency_max {
             return Err(format!(
@@ -253,6 +286,14 @@ impl ManagerConfig {
         }
         if c.capability_lifetime < Duration::from_secs(60) {
             return Err("capability_lifetime: at least 60s".into());
+        }
+        for (k, v) in [
+            ("header_timeout", c.header_timeout),
+            ("idle_timeout", c.idle_timeout),
+        ] {
+            if v < Duration::from_millis(100) || v > Duration::from_secs(3600) {
+                return Err(format!("{k}: between 100ms and 1h"));
+            }
         }
         Ok(c)
     }

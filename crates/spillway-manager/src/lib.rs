@@ -7,6 +7,7 @@
 //! * `identity`   — users and groups from the name service.
 //! * `capability` — the credential a mount presents to servers.
 //! * `tls`        — the site CA and the manager's certificate.
+//! * `serve`      — the HTTPS front door: accept loop, timeouts, connection caps.
 
 pub mod alloc;
 pub mod api;
@@ -16,6 +17,7 @@ pub mod config;
 pub mod db;
 pub mod identity;
 pub mod reconcile;
+pub mod serve;
 pub mod stage;
 pub mod tls;
 
@@ -43,8 +45,14 @@ pub fn run(
     verifier: Box<dyn auth::Verifier>,
     admin: reconcile::servers::AdminCredential,
 ) -> Result<(), String> {
-    std::fs::create_dir_all(&cfg.state_dir)
+    // Whatever the manager creates is private unless it says otherwise; its state
+    // directory (the database holds every instance's secret) is 0700 even when an
+    // older version made it 0755, and its TLS key 0600.
+    spillway_types::files::private_umask();
+    spillway_types::files::private_dir(&cfg.state_dir)
         .map_err(|e| format!("cannot create {}: {e}", cfg.state_dir.display()))?;
+    spillway_types::files::make_private(&cfg.tls_key)
+        .map_err(|e| format!("cannot make {} private: {e}", cfg.tls_key.display()))?;
     let db_path = cfg.state_dir.join("manager.db");
     let db = db::Db::open(&db_path).map_err(|e| format!("{}: {e}", db_path.display()))?;
     let db = Arc::new(Mutex::new(db));
@@ -71,6 +79,7 @@ pub fn run(
         version: version.clone(),
         heartbeat_interval: cfg.heartbeat_interval,
         node_timeout: cfg.node_timeout,
+        silence: Default::default(),
     });
     lp.spawn(kick_rx)
         .map_err(|e| format!("cannot start the reconcile loop: {e}"))?;
@@ -96,34 +105,55 @@ pub fn run(
         kick: Arc::new(Mutex::new(kick_tx)),
     };
     tls::install_crypto_provider();
+    // Every connection costs a descriptor: take all the system allows (systemd's soft
+    // default of 1,024 is far below its hard limit), then keep a reserve of them for the
+    // manager's own use (SQLite, munged, heartbeats, stages) out of the clients' reach.
+    let nofile = spillway_types::rlimit::raise_nofile_limit_logged("manager");
+    let derived = serve::derived_max_connections(nofile);
+    let max_connections = match cfg.max_connections {
+        None => derived,
+        Some(n) if n > derived => {
+            tracing::warn!(
+                "max_connections = {n} leaves too few of the {nofile} descriptors for the \
+                 manager itself; using {derived}"
+            );
+            derived
+        }
+        Some(n) => n,
+    };
+    let limits = serve::Limits {
+        header_timeout: cfg.header_timeout,
+        idle_timeout: cfg.idle_timeout,
+        max_connections,
+        max_connections_per_peer: cfg.max_connections_per_peer,
+    };
+    tracing::info!(
+        descriptors = nofile,
+        max_connections,
+        max_connections_per_peer = limits.max_connections_per_peer,
+        header_timeout_ms = limits.header_timeout.as_millis() as u64,
+        idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
+        "connection limits"
+    );
+    let tls = serve::tls_config(&cfg.tls_cert, &cfg.tls_key)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Bounds the descriptors requests use besides their connection (munged).
+        .max_blocking_threads(serve::BLOCKING_THREADS)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     rt.block_on(async move {
-        let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(&cfg.tls_cert, &cfg.tls_key)
+        let listener = tokio::net::TcpListener::bind(listen)
             .await
-            .map_err(|e| {
-                format!(
-                    "cannot load TLS certificate {} / key {}: {e}",
-                    cfg.tls_cert.display(),
-                    cfg.tls_key.display()
-                )
-            })?;
-        let handle = axum_server::Handle::new();
-        let h2 = handle.clone();
-        tokio::spawn(async move {
+            .map_err(|e| format!("cannot serve on {listen}: {e}"))?;
+        tracing::info!("manager listening on https://{listen}");
+        serve::serve(listener, tls, api::router(state), limits, async {
             shutdown_signal().await;
             tracing::info!("stopping");
-            h2.graceful_shutdown(Some(Duration::from_secs(2)));
-        });
-        tracing::info!("manager listening on https://{listen}");
-        axum_server::bind_rustls(listen, tls)
-            .handle(handle)
-            .serve(api::router(state).into_make_service_with_connect_info::<SocketAddr>())
-            .await
-            .map_err(|e| format!("cannot serve on {listen}: {e}"))
+        })
+        .await;
+        Ok(())
     })
 }
 

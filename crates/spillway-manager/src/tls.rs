@@ -32,6 +32,13 @@ pub const SERVER_KEY: &str = "manager.key";
 pub fn init(dir: &Path, extra_names: &[String]) -> Result<bool, String> {
     if dir.join(SERVER_CERT).exists() && dir.join(SERVER_KEY).exists() && dir.join(CA_CERT).exists()
     {
+        // Keys an older version or a hand left readable by others become 0600; the
+        // certificates stay readable (clients need the CA).
+        for key in [CA_KEY, SERVER_KEY] {
+            let p = dir.join(key);
+            spillway_types::files::make_private(&p)
+                .map_err(|e| format!("cannot make {} private: {e}", p.display()))?;
+        }
         return Ok(false);
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -89,5 +96,13 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let m = std::fs::metadata(d.path().join(SERVER_KEY)).unwrap();
         assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        // A key left 0644 is repaired at the next init; the CA stays readable.
+        let key = d.path().join(SERVER_KEY);
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(!init(d.path(), &[]).unwrap());
+        let m = std::fs::metadata(&key).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        let m = std::fs::metadata(d.path().join(CA_CERT)).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o644);
     }
 }

@@ -32,6 +32,9 @@ pub fn load_or_create_admin_key(root: &Path) -> Result<Vec<u8>, String> {
     let path = root.join("admin.key");
     match std::fs::read_to_string(&path) {
         Ok(text) => {
+            // A key an older version (or a hand) left readable by others becomes 0600.
+            spillway_types::files::make_private(&path)
+                .map_err(|e| format!("cannot make {} private: {e}", path.display()))?;
             return decode_hex(text.trim())
                 .filter(|k| k.len() == ADMIN_KEY_LEN)
                 .ok_or_else(|| {

@@ -80,7 +80,9 @@ pub fn start_in_process(
     tunables: Tunables,
 ) -> Result<RunningServer, String> {
     let root = root.as_ref();
-    std::fs::create_dir_all(root)
+    // Private (0700), also when an older version made it 0755: it holds the admin key,
+    // every instance's secret, metadata and data (FORMAT.md, "Modes").
+    spillway_types::files::private_dir(root)
         .map_err(|e| format!("cannot create storage root {}: {e}", root.display()))?;
     let admin_key = auth::load_or_create_admin_key(root)?;
     let addr = listener
@@ -125,6 +127,10 @@ pub fn start_in_process(
 /// other threads: the signals are blocked for every thread started afterwards.
 pub fn run_server(args: ServerArgs) -> Result<(), String> {
     let signals = signals::TermSignals::block()?;
+    // Every connection (clients, peer servers, the manager's calls) costs a descriptor:
+    // take all the system allows, not systemd's soft default of 1,024 (a server at 1,024
+    // runs out long before its handshake caps, spillway_wire::serve, refuse anyone).
+    spillway_types::rlimit::raise_nofile_limit_logged("storage server");
     let listener = TcpListener::bind(&args.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let mut server = start_in_process(&args.root, listener, args.tunables)?;

@@ -23,7 +23,7 @@ impl Registry {
     /// left on disk untouched (its clients are refused) rather than stopping the server
     /// for every other instance.
     pub fn load(dir: &Path, env: FragmentEnv) -> Result<Registry, String> {
-        std::fs::create_dir_all(dir)
+        spillway_types::files::private_dir(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let mut fragments = HashMap::new();
         let entries =

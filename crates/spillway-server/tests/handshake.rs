@@ -422,3 +422,122 @@ fn garbage_closes_the_connection_and_nothing_else() {
     let fresh = endpoint(addr, client_hello());
     assert!(fresh.call(&GetAttrReq { ino: root() }).is_ok());
 }
+
+#[test]
+fn a_trickled_hello_is_cut_at_the_handshake_deadline() {
+    let c = Cluster::start(1, 1 << 30, 1 << 20);
+    let addr = c.nodes[0].addr;
+    // A hello frame sent one byte every 2 s: each read is well within any per-read
+    // timeout, but the whole handshake must be done 10 s after the accept.
+    let mut s = TcpStream::connect(addr).unwrap();
+    let bytes = frame(HelloReq::OP, &client_hello().to_bytes());
+    let start = std::time::Instant::now();
+    let mut closed = false;
+    for b in bytes.iter().take(bytes.len() - 1) {
+        if s.write_all(&[*b]).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        s.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 16];
+        let r = s.read(&mut buf);
+        s.set_nonblocking(false).unwrap();
+        match r {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            _ => {
+                closed = true;
+                break;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "still open");
+    }
+    assert!(closed, "the trickled handshake was never cut");
+    let took = start.elapsed();
+    assert!(took >= Duration::from_secs(9), "cut too early: {took:?}");
+    // The server still serves.
+    let fresh = endpoint(addr, client_hello());
+    assert!(fresh.call(&GetAttrReq { ino: root() }).is_ok());
+}
+
+#[test]
+fn one_peer_cannot_hold_more_than_its_share_of_handshakes() {
+    // The child run (below): as an unprivileged uid, against the parent's server.
+    if let Ok(addr) = std::env::var("SPILLWAY_TEST_HANDSHAKE_ADDR") {
+        return fill_one_peers_share(addr.parse().unwrap());
+    }
+    let c = Cluster::start(1, 1 << 30, 1 << 20);
+    let addr = c.nodes[0].addr;
+    // A peer on this host is the uid owning the connecting socket; root's connections
+    // (the daemons') count only against the total. So the stranger is uid 65534 (nobody): this very
+    // test, run again as a child process with that uid.
+    // SAFETY: getuid cannot fail.
+    if unsafe { libc::getuid() } == 0 {
+        use std::os::unix::process::CommandExt;
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "one_peer_cannot_hold_more_than_its_share_of_handshakes",
+                "--nocapture",
+            ])
+            .env("SPILLWAY_TEST_HANDSHAKE_ADDR", addr.to_string())
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // While nobody's share was full, root (the daemons) was still served; and it is
+        // now as well.
+    } else {
+        fill_one_peers_share(addr);
+    }
+    let fresh = endpoint(addr, client_hello());
+    assert!(fresh.call(&GetAttrReq { ino: root() }).is_ok());
+}
+
+fn fill_one_peers_share(addr: SocketAddr) {
+    let held: Vec<TcpStream> = (0..64).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // The next one is closed at once, long before the handshake deadline.
+    let extra = TcpStream::connect(addr).unwrap();
+    let start = std::time::Instant::now();
+    assert_closed(extra);
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // Another address of this host (all of 127/8 is loopback) is no fresh share: the
+    // uid is the peer, whatever address it binds.
+    if addr.is_ipv4() {
+        let other = connect_from(Ipv4Addr::new(127, 0, 0, 3), addr);
+        let start = std::time::Instant::now();
+        assert_closed(other);
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "127.0.0.3 got a share of its own"
+        );
+    }
+    // Once they go, the peer may handshake again: a new connection stays open.
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut again = TcpStream::connect(addr).unwrap();
+    again
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let mut buf = [0u8; 8];
+    match again.read(&mut buf) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) => {}
+        other => panic!("a fresh connection was closed: {other:?}"),
+    }
+}

@@ -36,15 +36,15 @@ impl Outcome {
     }
 }
 
-fn stage(
-    c: &Cluster,
-    roots: &[&Path],
-    dir: u8,
-    kind: u8,
-    pairs: &[(&str, &str)],
-    uid: u32,
-) -> Outcome {
+/// Run a stage to its end with the ticket the manager would sign for it (the pairs'
+/// paths, `uid`, `dir`), as the coordinator chosen by its id.
+fn stage(c: &Cluster, dir: u8, kind: u8, pairs: &[(&str, &str)], uid: u32) -> Outcome {
     let id = NEXT_STAGE.fetch_add(1, Ordering::SeqCst);
+    let (pfs, inside): (Vec<&str>, Vec<&str>) = pairs
+        .iter()
+        .map(|&(s, d)| if dir == stage_dir::IN { (s, d) } else { (d, s) })
+        .unzip();
+    let ticket = common::ticket(id, uid, dir, &pfs, &inside);
     let admin = c.nodes[(id as usize) % c.nodes.len()].admin();
     admin
         .call(&StageStartReq {
@@ -59,8 +59,7 @@ fn stage(
                     destination: d.to_string(),
                 })
                 .collect(),
-            uid,
-            pfs_roots: roots.iter().map(|r| r.display().to_string()).collect(),
+            ticket,
             files_in_flight: std::env::var("FIF")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -121,7 +120,7 @@ fn instance_file(c: &Cluster, path: &str) -> (spillway_types::Attr, Vec<u8>) {
 #[test]
 fn a_file_goes_in_and_out_with_its_bytes_mode_and_mtime() {
     let c = Cluster::start(2, 1 << 30, 64 << 10);
-    let pfs = tempfile::tempdir().unwrap();
+    let pfs = &c.pfs;
     let src = pfs.path().join("input.bin");
     let data = pattern((64 << 10) * 7 + 1234, 3);
     std::fs::write(&src, &data).unwrap();
@@ -136,7 +135,6 @@ fn a_file_goes_in_and_out_with_its_bytes_mode_and_mtime() {
 
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::IN,
         stage_kind::FILE,
         &[(src.to_str().unwrap(), "/input.bin")],
@@ -155,7 +153,6 @@ fn a_file_goes_in_and_out_with_its_bytes_mode_and_mtime() {
     let out = pfs.path().join("output.bin");
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::OUT,
         stage_kind::FILE,
         &[("/input.bin", out.to_str().unwrap())],
@@ -171,7 +168,6 @@ fn a_file_goes_in_and_out_with_its_bytes_mode_and_mtime() {
     std::fs::write(&src, b"short").unwrap();
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::IN,
         stage_kind::FILE,
         &[(src.to_str().unwrap(), "/input.bin")],
@@ -191,13 +187,12 @@ fn a_large_file_is_copied_with_several_ranges_in_flight() {
         ..common::tunables()
     };
     let c = Cluster::start_tuned(2, 1 << 30, 64 << 10, t);
-    let pfs = tempfile::tempdir().unwrap();
+    let pfs = &c.pfs;
     let src = pfs.path().join("many-ranges.bin");
     let data = pattern((6 << 20) + 4321, 9);
     std::fs::write(&src, &data).unwrap();
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::IN,
         stage_kind::FILE,
         &[(src.to_str().unwrap(), "/many-ranges.bin")],
@@ -210,7 +205,6 @@ fn a_large_file_is_copied_with_several_ranges_in_flight() {
     let out = pfs.path().join("many-ranges.out");
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::OUT,
         stage_kind::FILE,
         &[("/many-ranges.bin", out.to_str().unwrap())],
@@ -224,7 +218,7 @@ fn a_large_file_is_copied_with_several_ranges_in_flight() {
 #[test]
 fn a_tree_goes_in_and_out() {
     let c = Cluster::start(2, 1 << 30, 64 << 10);
-    let pfs = tempfile::tempdir().unwrap();
+    let pfs = &c.pfs;
     let src = pfs.path().join("tree");
     std::fs::create_dir_all(src.join("a/b")).unwrap();
     std::fs::create_dir_all(src.join("empty")).unwrap();
@@ -245,7 +239,6 @@ fn a_tree_goes_in_and_out() {
 
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::IN,
         stage_kind::DIRECTORY,
         &[(src.to_str().unwrap(), "/in")],
@@ -265,7 +258,6 @@ fn a_tree_goes_in_and_out() {
     std::fs::create_dir(&back).unwrap();
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::OUT,
         stage_kind::DIRECTORY,
         &[("/in", back.to_str().unwrap())],
@@ -291,14 +283,13 @@ fn a_tree_goes_in_and_out() {
 #[test]
 fn a_tree_staged_to_a_missing_directory_makes_it() {
     let c = Cluster::start(2, 1 << 30, 64 << 10);
-    let pfs = tempfile::tempdir().unwrap();
+    let pfs = &c.pfs;
     let src = pfs.path().join("src");
     std::fs::create_dir_all(src.join("sub")).unwrap();
     std::fs::write(src.join("sub/f"), pattern(70_000, 3)).unwrap();
     std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o750)).unwrap();
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::IN,
         stage_kind::DIRECTORY,
         &[(src.to_str().unwrap(), "/new")],
@@ -311,7 +302,6 @@ fn a_tree_staged_to_a_missing_directory_makes_it() {
     let back = pfs.path().join("back");
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::OUT,
         stage_kind::DIRECTORY,
         &[("/new", back.to_str().unwrap())],
@@ -334,14 +324,7 @@ fn a_tree_staged_to_a_missing_directory_makes_it() {
             pfs.path().join("no/such").display().to_string(),
         ),
     ] {
-        let o = stage(
-            &c,
-            &[pfs.path()],
-            dir,
-            stage_kind::DIRECTORY,
-            &[(&from, &to)],
-            0,
-        );
+        let o = stage(&c, dir, stage_kind::DIRECTORY, &[(&from, &to)], 0);
         assert_ne!(o.state, stage_state::COMPLETE, "{from} -> {to}");
         assert!(
             o.error.contains("No such file"),
@@ -354,7 +337,7 @@ fn a_tree_staged_to_a_missing_directory_makes_it() {
 #[test]
 fn a_list_goes_in_and_failures_name_their_files() {
     let c = Cluster::start(2, 1 << 30, 64 << 10);
-    let pfs = tempfile::tempdir().unwrap();
+    let pfs = &c.pfs;
     std::fs::write(pfs.path().join("one"), b"1").unwrap();
     std::fs::write(pfs.path().join("two"), b"22").unwrap();
     let outside = tempfile::tempdir().unwrap();
@@ -363,7 +346,6 @@ fn a_list_goes_in_and_failures_name_their_files() {
     let p = |n: &str| pfs.path().join(n).display().to_string();
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::IN,
         stage_kind::LIST,
         &[
@@ -403,7 +385,7 @@ fn a_list_goes_in_and_failures_name_their_files() {
 #[test]
 fn a_source_that_is_not_a_regular_file_fails_naming_it() {
     let c = Cluster::start(2, 1 << 30, 64 << 10);
-    let pfs = tempfile::tempdir().unwrap();
+    let pfs = &c.pfs;
     std::fs::write(pfs.path().join("plain"), b"plain").unwrap();
     std::fs::create_dir(pfs.path().join("adir")).unwrap();
     let fifo = std::ffi::CString::new(pfs.path().join("afifo").display().to_string()).unwrap();
@@ -412,7 +394,6 @@ fn a_source_that_is_not_a_regular_file_fails_naming_it() {
     let p = |n: &str| pfs.path().join(n).display().to_string();
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::IN,
         stage_kind::LIST,
         &[
@@ -438,7 +419,6 @@ fn a_source_that_is_not_a_regular_file_fails_naming_it() {
 
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::IN,
         stage_kind::FILE,
         &[(&p("adir"), "/adir-file")],
@@ -450,7 +430,6 @@ fn a_source_that_is_not_a_regular_file_fails_naming_it() {
     // Out onto a FIFO (nobody reading it) and onto a directory: each fails, none hangs.
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::OUT,
         stage_kind::LIST,
         &[("/plain", &p("afifo")), ("/plain", &p("adir"))],
@@ -467,7 +446,7 @@ fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
         return;
     }
     let c = Cluster::start(2, 1 << 30, 64 << 10);
-    let pfs = tempfile::tempdir().unwrap();
+    let pfs = &c.pfs;
     std::fs::set_permissions(pfs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let private = pfs.path().join("private");
     std::fs::write(&private, b"root only").unwrap();
@@ -479,7 +458,6 @@ fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
     // uid 1000 (mode 0755), so nobody may not create in it either.
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::IN,
         stage_kind::LIST,
         &[
@@ -499,7 +477,6 @@ fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
     // root's directory (root's, 0755) is refused.
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::IN,
         stage_kind::FILE,
         &[(open.to_str().unwrap(), "/open")],
@@ -513,7 +490,6 @@ fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
     assert_eq!(instance_file(&c, "/open").0.uid, 1000);
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::OUT,
         stage_kind::FILE,
         &[("/open", &pfs.path().join("copy").display().to_string())],
@@ -538,8 +514,7 @@ fn clients_cannot_ask_for_stage_copies() {
             direction: stage_dir::IN,
             pfs_path: "/etc/shadow".into(),
             pfs_ino: 0,
-            uid: 0,
-            pfs_roots: vec!["/etc".into()],
+            ticket: common::ticket(1, 0, stage_dir::IN, &["/etc"], &["/"]),
         })
         .unwrap_err();
     assert_eq!(e.0, libc::EPERM);
@@ -547,8 +522,7 @@ fn clients_cannot_ask_for_stage_copies() {
         .at(0)
         .call(&spillway_wire::StageFilesReq {
             direction: stage_dir::IN,
-            uid: 0,
-            pfs_roots: vec!["/etc".into()],
+            ticket: common::ticket(1, 0, stage_dir::IN, &["/etc"], &["/"]),
             files: vec![spillway_wire::StageFileSpec {
                 parent: ROOT_INODE,
                 name: b"shadow".to_vec(),
@@ -566,7 +540,7 @@ fn clients_cannot_ask_for_stage_copies() {
         .at(1)
         .call(&spillway_wire::StageSyncReq {
             direction: stage_dir::OUT,
-            pfs_roots: vec!["/".into()],
+            ticket: common::ticket(1, 0, stage_dir::OUT, &["/"], &["/"]),
         })
         .unwrap_err();
     assert_eq!(e.0, libc::EPERM);
@@ -579,7 +553,7 @@ fn clients_cannot_ask_for_stage_copies() {
 #[test]
 fn small_files_are_staged_by_the_server_holding_them() {
     let c = Cluster::start(2, 1 << 30, 64 << 10);
-    let pfs = tempfile::tempdir().unwrap();
+    let pfs = &c.pfs;
     std::fs::set_permissions(pfs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let src = pfs.path().join("small");
     std::fs::create_dir_all(src.join("sub")).unwrap();
@@ -608,7 +582,6 @@ fn small_files_are_staged_by_the_server_holding_them() {
     let stage_in = |uid| {
         stage(
             &c,
-            &[pfs.path()],
             stage_dir::IN,
             stage_kind::DIRECTORY,
             &[(src.to_str().unwrap(), "/in")],
@@ -666,7 +639,6 @@ fn small_files_are_staged_by_the_server_holding_them() {
     std::fs::create_dir(&back).unwrap();
     let o = stage(
         &c,
-        &[pfs.path()],
         stage_dir::OUT,
         stage_kind::DIRECTORY,
         &[("/in", back.to_str().unwrap())],
@@ -689,7 +661,7 @@ fn small_files_are_staged_by_the_server_holding_them() {
 fn a_server_stages_alone_only_what_is_its_own() {
     use spillway_wire::{stage_file_outcome as outcome, StageFileSpec, StageFilesReq};
     let c = Cluster::start(2, 1 << 30, 64 << 10);
-    let pfs = tempfile::tempdir().unwrap();
+    let pfs = &c.pfs;
     let small = pattern(40_000, 7);
     std::fs::write(pfs.path().join("small"), &small).unwrap();
     std::fs::write(pfs.path().join("big"), pattern(200_000, 8)).unwrap();
@@ -714,13 +686,14 @@ fn a_server_stages_alone_only_what_is_its_own() {
         pfs_path: src,
         shown: format!("/{name}"),
     };
-    let roots = vec![pfs.path().display().to_string()];
+    let root = pfs.path().display().to_string();
+    let tin = common::ticket(1, 0, stage_dir::IN, &[&root], &["/"]);
+    let tout = common::ticket(2, 0, stage_dir::OUT, &[&root], &["/"]);
     let r = c
         .peer(0)
         .call(&StageFilesReq {
             direction: stage_dir::IN,
-            uid: 0,
-            pfs_roots: roots.clone(),
+            ticket: tin,
             files: vec![
                 spec(&names[0], p("small")),
                 spec(&names[1], p("big")),
@@ -765,8 +738,7 @@ fn a_server_stages_alone_only_what_is_its_own() {
         .peer(1)
         .call(&StageFilesReq {
             direction: stage_dir::OUT,
-            uid: 0,
-            pfs_roots: roots.clone(),
+            ticket: tout.clone(),
             files: vec![out(a.ino)],
         })
         .unwrap();
@@ -776,8 +748,7 @@ fn a_server_stages_alone_only_what_is_its_own() {
         .peer(0)
         .call(&StageFilesReq {
             direction: stage_dir::OUT,
-            uid: 0,
-            pfs_roots: roots,
+            ticket: tout,
             files: vec![out(a.ino)],
         })
         .unwrap();

@@ -6,11 +6,9 @@
 //! secret. Whoever holds the secret (the manager, `spillway cluster up`) mints them;
 //! servers verify them. A client never sees the secret.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use crate::signed::{hmac, Cursor, HmacSha256};
+use hmac::Mac;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// First bytes of every capability.
 pub const MAGIC: [u8; 4] = *b"SPWC";
@@ -70,9 +68,7 @@ impl std::fmt::Display for CapabilityError {
 impl std::error::Error for CapabilityError {}
 
 fn keyed(secret: &[u8]) -> HmacSha256 {
-    // HMAC takes keys of any length (longer ones are hashed first): this cannot fail,
-    // whatever the secret.
-    <HmacSha256 as Mac>::new_from_slice(secret).expect("HMAC accepts keys of any length")
+    hmac(secret)
 }
 
 /// Encode and tag `cap` with the instance secret; `None` when the node name is longer
@@ -155,28 +151,6 @@ pub fn verify(
         return Err(CapabilityError::WrongAddress);
     }
     Ok(cap)
-}
-
-/// Reads a byte string front to back; every read checks what is left.
-struct Cursor<'a>(&'a [u8]);
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if n > self.0.len() {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        self.take(8)?.try_into().ok().map(u64::from_le_bytes)
-    }
 }
 
 /// The fields of a capability without its tag, if they are exactly one well-formed set.

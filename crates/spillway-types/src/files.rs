@@ -1,4 +1,6 @@
-//! Small files written whole: keys, secrets, descriptors, certificates, state.
+//! Small files written whole: keys, secrets, descriptors, certificates, state; and
+//! the modes of what holds secrets or metadata (`private_dir`, `make_private`,
+//! `private_umask`): directories 0700, files 0600, owned by the daemon (root).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -29,10 +31,130 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
     Ok(())
 }
 
+/// Mode of every state directory: only its owner (the daemon, root) enters it.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+/// Mode of every file holding a secret or metadata.
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// A daemon's first act: whatever it creates is private unless it says otherwise
+/// (a backstop; files holding secrets are created with explicit modes too). Returns
+/// the previous mask.
+pub fn private_umask() -> u32 {
+    // SAFETY: umask only changes this process's file mode creation mask; it cannot fail.
+    unsafe { libc::umask(0o077) as u32 }
+}
+
+/// Create `dir` (and missing parents, with the process's umask) if absent, then give
+/// it mode 0700 whatever it had: a directory left by an older version (0755) becomes
+/// private at the next start. A symlink in its place is refused: the daemon must not
+/// chmod whatever it points at.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is a symlink, not a directory", dir.display()),
+            ))
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is not a directory", dir.display()),
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(PRIVATE_DIR_MODE)
+                .create(dir)?;
+        }
+        Err(e) => return Err(e),
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))
+}
+
+/// Take group and other permissions away from `path` if it exists (a file of an
+/// older version, or one a library created with its own default mode, such as
+/// SQLite's 0644). Symlinks are left alone (never followed). Absent is fine.
+pub fn make_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if m.file_type().is_symlink() {
+        return Ok(());
+    }
+    let mode = m.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        let keep = if m.is_dir() {
+            PRIVATE_DIR_MODE
+        } else {
+            mode & 0o700
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(keep))?;
+    }
+    Ok(())
+}
+
+/// Create an empty file at `path` with mode 0600 unless it exists (then only its
+/// mode is made private): for a database a library then opens, so that it never
+/// exists with the library's default mode, even for an instant.
+pub fn precreate_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(PRIVATE_FILE_MODE)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => make_private(path),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn private_modes_are_made_and_repaired() {
+        let d = tempfile::tempdir().unwrap();
+        let sub = d.path().join("a/b");
+        private_dir(&sub).unwrap();
+        assert_eq!(mode(&sub), 0o700);
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        private_dir(&sub).unwrap();
+        assert_eq!(mode(&sub), 0o700);
+        let f = sub.join("db");
+        precreate_private(&f).unwrap();
+        assert_eq!(mode(&f), 0o600);
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        precreate_private(&f).unwrap();
+        assert_eq!(mode(&f), 0o600);
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        make_private(&f).unwrap();
+        assert_eq!(mode(&f), 0o700);
+        make_private(&sub.join("absent")).unwrap();
+        // A symlink is neither followed nor accepted as the directory.
+        let target = d.path().join("t");
+        std::fs::write(&target, b"x").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let link = d.path().join("l");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        make_private(&link).unwrap();
+        assert_eq!(mode(&target), 0o644);
+        assert!(private_dir(&link).is_err());
+    }
 
     #[test]
     fn replaces_with_the_mode_and_leaves_no_temporary() {

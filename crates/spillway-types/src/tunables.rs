@@ -66,6 +66,10 @@ pub struct Tunables {
     /// one stripe is created, filled and sized by the server holding it, so a batch
     /// costs one round trip and a file none of its own.
     pub stage_batch_files: usize,
+    /// Storage servers: the PFS directories stages may touch (absolute, normal paths).
+    /// Only this server's own configuration says so, never a request: without it the
+    /// server refuses every stage. Set with `pfs_roots = /a:/b` (colons or commas).
+    pub pfs_roots: Vec<String>,
 }
 
 impl Default for Tunables {
@@ -88,6 +92,7 @@ impl Default for Tunables {
             stage_range: 256 << 20,
             stage_ranges_in_flight: 2,
             stage_batch_files: 32,
+            pfs_roots: Vec::new(),
         }
     }
 }
@@ -133,6 +138,10 @@ impl Tunables {
                 "stage_batch_files" => {
                     self.stage_batch_files = (num()? as usize).clamp(1, MAX_STAGE_BATCH_FILES)
                 }
+                "pfs_roots" => {
+                    self.pfs_roots =
+                        parse_pfs_roots(v).map_err(|e| format!("line {}: {e}", n + 1))?
+                }
                 _ => return Err(format!("line {}: unknown tunable {k}", n + 1)),
             }
         }
@@ -144,6 +153,33 @@ impl Tunables {
         self.apply_text(&text)
             .map_err(|e| format!("{}: {e}", path.display()))
     }
+}
+
+/// `pfs_roots`: absolute paths separated by colons or commas, each without `.` or `..`
+/// components (a root is compared with request paths component by component).
+pub fn parse_pfs_roots(v: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for r in v.split([':', ',']).map(str::trim).filter(|r| !r.is_empty()) {
+        let normal = std::path::Path::new(r).components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        });
+        if !r.starts_with('/') || !normal || r.split('/').any(|c| c == ".") {
+            return Err(format!(
+                "pfs_roots: {r:?} is not an absolute path without . or .."
+            ));
+        }
+        // Without the trailing slashes, as the manager writes them.
+        let t = r.trim_end_matches('/');
+        out.push(if t.is_empty() {
+            "/".into()
+        } else {
+            t.to_string()
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -162,5 +198,16 @@ mod tests {
             .apply_text("fuse_threads = x")
             .unwrap_err()
             .contains("line 1"));
+        t.apply_text("pfs_roots = /pfs/a:/scratch/, /x\n").unwrap();
+        assert_eq!(t.pfs_roots, vec!["/pfs/a", "/scratch", "/x"]);
+        for bad in [
+            "pfs_roots = rel",
+            "pfs_roots = /a/../b",
+            "pfs_roots = /a/./b",
+        ] {
+            assert!(t.apply_text(bad).is_err(), "{bad}");
+        }
+        t.apply_text("pfs_roots =").unwrap();
+        assert!(t.pfs_roots.is_empty());
     }
 }

@@ -337,8 +337,9 @@ wire_struct!(StagePair {
 wire_struct!(
     /// Start a stage on this server as its coordinator (admin role: the manager).
     /// Paths inside the instance are absolute from its root (`/in/x`); PFS paths are
-    /// absolute and must lie under one of `pfs_roots`. Starting a stage id that this
-    /// server already knows is a no-op.
+    /// absolute and must lie under one of the server's own `pfs_roots` and under the
+    /// ticket's PFS paths. Starting a stage id that this server already knows is a
+    /// no-op.
     StageStartReq {
         stage: u64,
         instance: u64,
@@ -346,10 +347,9 @@ wire_struct!(
         kind: u8,
         /// One pair for file and directory stages, any number for lists.
         pairs: Vec<StagePair>,
-        /// The identity the stage runs as (primary gid and groups come from the
-        /// server's user database).
-        uid: u32,
-        pfs_roots: Vec<String>,
+        /// The stage ticket the manager signed (spillway_types::stage_ticket): the
+        /// identity the stage runs as and the paths it may touch come from it alone.
+        ticket: Vec<u8>,
         /// Files copied at once.
         files_in_flight: u32,
     }
@@ -396,7 +396,7 @@ wire_struct!(
 );
 wire_struct!(
     /// Peer role: copy the stripes of one file that this server holds between its
-    /// fragment and the PFS file `pfs_path`, as `uid`; `pfs_ino` is the PFS file's inode
+    /// fragment and the PFS file `pfs_path`, as the ticket's uid; `pfs_ino` is the PFS file's inode
     /// number as the coordinator opened it (a file swapped since is refused). Replies
     /// once the bytes are checked; durability comes from `StageSyncReq`.
     StageStripesReq {
@@ -413,16 +413,17 @@ wire_struct!(
         direction: u8,
         pfs_path: String,
         pfs_ino: u64,
-        uid: u32,
-        pfs_roots: Vec<String>,
+        /// The stage's ticket, as the manager gave it to the coordinator.
+        ticket: Vec<u8>,
     }
 );
 wire_struct!(
     /// Peer role: make what this server wrote for stages durable (stage-in: `syncfs` of
     /// the file system under its fragment, which holds stripes and metadata; stage-out:
-    /// `syncfs` of each PFS root). The coordinator sends it to every server of the
-    /// instance before it counts a group of files complete (group commit).
-    StageSyncReq { direction: u8, pfs_roots: Vec<String> }
+    /// `syncfs` of each of this server's PFS roots). The coordinator sends it to every
+    /// server of the instance before it counts a group of files complete (group
+    /// commit).
+    StageSyncReq { direction: u8, ticket: Vec<u8> }
 );
 /// What became of one file of a `StageFilesReq`.
 pub mod stage_file_outcome {
@@ -461,7 +462,7 @@ wire_struct!(StageFileResult {
     bytes: u64,
 });
 wire_struct!(
-    /// Peer role: stage whole files that this server can do alone, as `uid`: a file of
+    /// Peer role: stage whole files that this server can do alone, as the ticket's uid: a file of
     /// one stripe whose entry (in) or attributes (out) and first stripe live here
     /// (placement.md: servers allocate inodes so that they do). Stage-in creates the
     /// entry and inode, fills the stripe from the PFS file, checks the byte count and
@@ -470,8 +471,8 @@ wire_struct!(
     /// in order. Durability comes from `StageSyncReq`, as for `StageStripesReq`.
     StageFilesReq {
         direction: u8,
-        uid: u32,
-        pfs_roots: Vec<String>,
+        /// The stage's ticket, as the manager gave it to the coordinator.
+        ticket: Vec<u8>,
         files: Vec<StageFileSpec>,
     }
 );

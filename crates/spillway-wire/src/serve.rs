@@ -7,6 +7,7 @@ use crate::codec::Wire;
 use crate::frame::{read_frame, write_parts, Frame, FrameHeader, FrameKind};
 use crate::messages::{Call, HelloReply, HelloReq, Request};
 use crossbeam_channel::{bounded, Receiver, Sender};
+use spillway_types::peer::{Admitted, Peer, PeerLimits, PeerLookup, Refusal, Throttle};
 use spillway_types::tunables::MAX_FRAME_LEN;
 use spillway_types::Errno;
 use std::io::BufReader;
@@ -17,6 +18,20 @@ use std::time::{Duration, Instant};
 
 /// Largest frame accepted before the handshake: a stranger gets no big buffers.
 const HELLO_FRAME_LIMIT: u32 = 64 << 10;
+
+/// The whole handshake (the Hello frame, however it is paced) must arrive within this
+/// long of the accept: a stranger trickling bytes cannot hold a connection and its
+/// thread for longer.
+const HELLO_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Connections still in their handshake, per peer (`spillway_types::peer`: a remote
+/// address, or on this host the uid owning the connecting socket) and in total. Beyond
+/// either the connection is closed at once: strangers cannot use up the server's
+/// threads and descriptors, and one local user cannot use up the share of the others
+/// (clients, peers and the manager's heartbeats on the same host; root on this host
+/// counts only against the total).
+const HANDSHAKING_PER_PEER: usize = 64;
+const HANDSHAKING_TOTAL: usize = 512;
 
 /// A reply: encoded fields, then optional bulk data.
 pub struct Reply {
@@ -110,12 +125,32 @@ impl Server {
             );
         }
         let (s2, c2, tx2) = (stop.clone(), conns.clone(), pool_tx.clone());
+        let limits =
+            PeerLimits::local_root_counts_only_in_total(HANDSHAKING_TOTAL, HANDSHAKING_PER_PEER);
+        let mut peers = PeerLookup::new();
+        let mut refused = Throttle::new(Duration::from_secs(60));
         let accept = std::thread::Builder::new()
             .name("accept".into())
             .spawn(move || {
                 while !s2.load(Ordering::SeqCst) {
                     match listener.accept() {
                         Ok((stream, peer)) => {
+                            let Ok(local) = stream.local_addr() else {
+                                continue; // already reset by the peer
+                            };
+                            // Connections accepted in a burst share one read of the
+                            // socket table (PeerLookup keeps it for a moment).
+                            let who = peers.peer_of(peer, local);
+                            let admitted = match limits.admit(who) {
+                                Ok(a) => a,
+                                Err(why) => {
+                                    let _ = stream.shutdown(Shutdown::Both);
+                                    if let Some(n) = refused.allow(Instant::now()) {
+                                        log_refusal(&limits, who, peer, why, n);
+                                    }
+                                    continue;
+                                }
+                            };
                             let _ = stream.set_nonblocking(false);
                             let _ = stream.set_nodelay(true);
                             if let Ok(c) = stream.try_clone() {
@@ -126,7 +161,7 @@ impl Server {
                             let (svc, tx) = (service.clone(), tx2.clone());
                             let _ = std::thread::Builder::new()
                                 .name(format!("conn {peer}"))
-                                .spawn(move || connection(stream, peer, svc, tx));
+                                .spawn(move || connection(stream, peer, admitted, svc, tx));
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                             std::thread::sleep(Duration::from_millis(20));
@@ -202,17 +237,57 @@ fn write_reply(w: &Mutex<TcpStream>, h: FrameHeader, reply: Result<Reply, Errno>
     }
 }
 
+/// A refused connection, logged at most once a minute (`quiet`: how many were refused
+/// since the last report).
+fn log_refusal(limits: &PeerLimits, who: Peer, address: SocketAddr, why: Refusal, quiet: u64) {
+    let what = match why {
+        Refusal::Peer => format!(
+            "{who} already has {} connections in their handshake",
+            limits.max_per_peer()
+        ),
+        Refusal::Total => format!("{} connections are in their handshake", limits.max_total()),
+    };
+    tracing::warn!(
+        %address,
+        "refusing connections: {what} ({quiet} more refused since the last report)"
+    );
+}
+
+/// Reads with a deadline for the whole, not per read: the read timeout is set to what
+/// is left before each read.
+struct Deadline<'a> {
+    stream: &'a TcpStream,
+    until: Instant,
+}
+
+impl std::io::Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        std::io::Read::read(&mut self.stream, buf)
+    }
+}
+
 fn connection<S: Service>(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
+    admitted: Admitted,
     service: Arc<S>,
     pool: Sender<JobBox>,
 ) {
-    // The handshake: one small frame, a Hello request, within 10 s.
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    // The handshake: one small frame, a Hello request, all of it within the deadline.
     // Every early return shuts the socket down: the accept thread holds a clone of it,
     // so merely dropping ours would leave a stranger's connection open.
-    let first = match read_frame(&mut stream, HELLO_FRAME_LIMIT) {
+    let first = match read_frame(
+        &mut Deadline {
+            stream: &stream,
+            until: Instant::now() + HELLO_DEADLINE,
+        },
+        HELLO_FRAME_LIMIT,
+    ) {
         Ok(Some(f)) => f,
         _ => {
             let _ = stream.shutdown(Shutdown::Both);
@@ -250,6 +325,8 @@ fn connection<S: Service>(
         }
     };
     let _ = stream.set_read_timeout(None);
+    // Authenticated: no longer counted against the peer's handshakes.
+    drop(admitted);
     let guard = Arc::new(SessionGuard {
         service: service.clone(),
         session,

@@ -181,10 +181,6 @@ fn instance_paths_are_normalized() {
     assert!(instance_path(b"/a/./b").is_err());
     assert!(instance_path(b"a").is_err());
     assert!(instance_path(b"").is_err());
-    assert!(under("/a/b", "/a"));
-    assert!(under("/a", "/a"));
-    assert!(!under("/ab", "/a"));
-    assert!(under("/x", "/"));
     assert_eq!(query_escape("/a b&c=d%"), "/a%20b%26c%3Dd%25");
 }
 
@@ -245,21 +241,24 @@ proptest! {
 
 type Script = Box<dyn Fn(&str, &str, &Value) -> Result<Value, ApiError> + Send + Sync>;
 
-/// Records the calls and answers from a script.
+/// Records the calls (and the uid each acts as) and answers from a script.
 struct Fake {
     calls: Mutex<Vec<(String, String, Value)>>,
+    uids: Mutex<Vec<u32>>,
     answer: Script,
 }
 
 impl Rest for Arc<Fake> {
-    fn get(&self, path: &str) -> Result<Value, ApiError> {
+    fn get(&self, uid: u32, path: &str) -> Result<Value, ApiError> {
+        self.uids.lock().unwrap().push(uid);
         self.calls
             .lock()
             .unwrap()
             .push(("GET".into(), path.into(), Value::Null));
         (self.answer)("GET", path, &Value::Null)
     }
-    fn send(&self, method: &str, path: &str, body: &Value) -> Result<Value, ApiError> {
+    fn send(&self, uid: u32, method: &str, path: &str, body: &Value) -> Result<Value, ApiError> {
+        self.uids.lock().unwrap().push(uid);
         self.calls
             .lock()
             .unwrap()
@@ -288,6 +287,7 @@ fn control(
 ) -> (Control, Arc<Fake>) {
     let fake = Arc::new(Fake {
         calls: Mutex::new(Vec::new()),
+        uids: Mutex::new(Vec::new()),
         answer: Box::new(answer),
     });
     (Control::new(instance(), Some(Box::new(fake.clone()))), fake)
@@ -423,20 +423,16 @@ fn counts_and_wait() {
     assert_eq!(w("/never", 0).result, -libc::EINVAL);
 }
 
+/// Every request acts as the caller (the manager then authorises it as that user's own
+/// call); actions go through stage_actions for everyone.
 #[test]
-fn root_acts_through_stage_actions_others_on_their_own_stages() {
+fn every_call_acts_as_the_caller() {
     let (c, fake) = control(|m, p, _| match (m, p) {
-        ("POST", _) => Ok(json!({"stages": [1, 2]})),
-        ("GET", p) if p.contains("state=deferred") => Ok(json!({"stages": [
-            {"id": 10, "owner": 1000, "direction": "out", "type": "file", "source": "/d/f", "destination": "/pfs/f", "pairs": []},
-            {"id": 11, "owner": 1001, "direction": "out", "type": "file", "source": "/d/f", "destination": "/pfs/f", "pairs": []},
-            {"id": 12, "owner": 1000, "direction": "out", "type": "directory", "source": "/d", "destination": "/pfs/d", "pairs": []},
-            {"id": 13, "owner": 1000, "direction": "out", "type": "list", "source": "", "destination": "",
-             "pairs": [{"source": "/e/g", "destination": "/pfs/g"}]},
-        ]})),
-        ("GET", _) => Ok(json!({"stages": []})),
-        ("PATCH", "/dw/v1/stages/12") => Err(status(409)),
-        _ => Ok(json!({})),
+        ("POST", p) if p.ends_with("/stage_actions") => Ok(json!({"stages": [1, 2]})),
+        ("POST", _) => Ok(json!({"id": 9})),
+        ("PUT", _) => Ok(json!({"stage_concurrency": 2})),
+        ("GET", p) if p.contains("stage_failures") => Ok(json!({"failures": [], "more": false})),
+        _ => Ok(json!({"complete": 1, "pending": 0, "deferred": 0, "failed": 0, "started": true})),
     });
     let act = |uid, action, scope, path: &str| {
         c.handle(
@@ -453,29 +449,64 @@ fn root_acts_through_stage_actions_others_on_their_own_stages() {
         act(0, Action::Terminate, Scope::File, "/d/f"),
         Answer::ok(vec![b"2".to_vec()])
     );
-    // uid 1000 revokes /d/f: its own file stage (10) and its directory stage holding
-    // the file (12, which ended meanwhile: 409), never 1001's (11).
     assert_eq!(
-        act(1000, Action::Revoke, Scope::File, "/d/f"),
-        Answer::ok(vec![b"1".to_vec()])
+        act(1000, Action::Revoke, Scope::Tree, "/d"),
+        Answer::ok(vec![b"2".to_vec()])
     );
-    let patched: Vec<String> = fake
-        .calls
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|c| c.0 == "PATCH")
-        .map(|c| c.1.clone())
-        .collect();
-    assert_eq!(patched, vec!["/dw/v1/stages/10", "/dw/v1/stages/12"]);
+    let stage = decode_request(&msg(&["stage", "in", "file", "immediate", "/pfs/a", "/x"]));
+    assert_eq!(c.handle(1001, ROOT, &stage.unwrap()).result, 0);
     assert_eq!(
-        act(1000, Action::Activate, Scope::Tree, "/e"),
-        Answer::ok(vec![b"1".to_vec()])
+        c.handle(1002, ROOT, &Request::Concurrency { value: 2 })
+            .result,
+        0
     );
+    let counts = Request::Counts {
+        scope: Scope::File,
+        path: "/x".into(),
+    };
+    assert_eq!(c.handle(1003, ROOT, &counts).result, 0);
+    let failures = Request::Failures {
+        after: String::new(),
+    };
+    assert_eq!(c.handle(1004, ROOT, &failures).result, 0);
     assert_eq!(
-        act(1002, Action::Activate, Scope::Tree, "/").result,
-        -libc::ENOENT
+        *fake.uids.lock().unwrap(),
+        vec![0, 1000, 1001, 1002, 1003, 1004]
     );
+    let calls = fake.calls.lock().unwrap();
+    assert_eq!(calls[0].1, "/dw/v1/instances/7/stage_actions");
+    assert_eq!(
+        calls[1].2,
+        json!({"action": "revoke", "path": "/d", "scope": "tree"})
+    );
+    assert_eq!(calls[2].2["owner"], 1001);
+}
+
+/// What the manager refuses the caller comes back as the API's errno: 403 (an
+/// instance the caller may see but not change) EACCES, 404 (one they may not see, or
+/// no stage there) ENOENT.
+#[test]
+fn refusals_as_the_caller_keep_the_apis_errno() {
+    for (code, errno) in [(403, libc::EACCES), (404, libc::ENOENT)] {
+        let (c, _) = control(move |_, _, _| Err(status(code)));
+        for req in [
+            Request::Concurrency { value: 1 },
+            Request::Counts {
+                scope: Scope::Tree,
+                path: "/".into(),
+            },
+            Request::Action {
+                action: Action::Terminate,
+                scope: Scope::Tree,
+                path: "/".into(),
+            },
+            Request::Failures {
+                after: String::new(),
+            },
+        ] {
+            assert_eq!(c.handle(1000, ROOT, &req).result, -errno, "{code} {req:?}");
+        }
+    }
 }
 
 #[test]

@@ -55,7 +55,9 @@ pub enum ArgError {
 impl std::fmt::Display for ArgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ArgError::Unknown(func) => write!(f, "invalid function {func:?}"),
+            ArgError::Unknown(func) => {
+                write!(f, "invalid function {}", spillway_jobs::input::shown(func))
+            }
             ArgError::Bad(m) => write!(f, "{m}"),
         }
     }
@@ -89,8 +91,9 @@ impl Call {
         while let Some(a) = it.next() {
             if !opts.contains(&a.as_str()) {
                 return Err(ArgError::Bad(format!(
-                    "{}: unknown option {a:?}",
-                    call.function
+                    "{}: unknown option {}",
+                    call.function,
+                    spillway_jobs::input::shown(&a)
                 )));
             }
             if FLAGS.contains(&a.as_str()) {
@@ -133,19 +136,32 @@ pub fn capacity(v: &str) -> Result<(Option<String>, u64), String> {
         && unit.len() < size.len()
     {
         return Err(format!(
-            "capacity {v:?}: sizes in nodes are not supported; ask for bytes"
+            "capacity {}: sizes in nodes are not supported; ask for bytes",
+            spillway_jobs::input::shown(v)
         ));
     }
-    let bytes = spillway_api::size::parse_size(size).map_err(|e| format!("capacity {v:?}: {e}"))?;
+    let bytes = spillway_api::size::parse_size(size)
+        .map_err(|e| format!("capacity {}: {e}", spillway_jobs::input::shown(v)))?;
     let pool = pool.filter(|p| !p.is_empty()).map(str::to_string);
     Ok((pool, bytes))
 }
 
+/// The most compute nodes one job's node list may name (ranges of nids expand).
+pub const MAX_NODES: usize = 1 << 20;
+
 /// Compute nodes from `--nodehostnamefile` (a hostname per line) or `--nidlistfile`
 /// (Cray: numbers and ranges `1-3`, a line each, meaning `nid00001`...).
 pub fn nodes(call: &Call) -> Result<Vec<String>, String> {
+    use spillway_jobs::input;
+    // A regular file of bounded size (Slurm writes it; anything else is refused).
     let read = |p: &str| {
-        std::fs::read_to_string(p).map_err(|e| format!("cannot read the node list {p}: {e}"))
+        let bytes = input::read_regular(
+            std::path::Path::new(p),
+            input::MAX_NODE_LIST_BYTES,
+            "the node list",
+        )?;
+        String::from_utf8(bytes)
+            .map_err(|_| format!("the node list {} is not UTF-8 text", input::cut(p, 200)))
     };
     let mut out = Vec::new();
     if let Some(p) = call.get("--nodehostnamefile") {
@@ -163,14 +179,29 @@ pub fn nodes(call: &Call) -> Result<Vec<String>, String> {
             .filter(|l| !l.is_empty())
         {
             let (a, b) = item.split_once('-').unwrap_or((item, item));
-            let bad = || format!("node list {p}: {item:?} is not a nid number or range");
+            let bad = || {
+                format!(
+                    "node list {}: {} is not a nid number or range",
+                    input::cut(p, 200),
+                    input::shown(item)
+                )
+            };
             let a: u32 = a.parse().map_err(|_| bad())?;
             let b: u32 = b.parse().map_err(|_| bad())?;
             if b < a || b - a > 100_000 {
                 return Err(bad());
             }
             out.extend((a..=b).map(|n| format!("nid{n:05}")));
+            if out.len() > MAX_NODES {
+                return Err(format!(
+                    "node list {}: more than {MAX_NODES} nodes",
+                    input::cut(p, 200)
+                ));
+            }
         }
+    }
+    if out.len() > MAX_NODES {
+        return Err(format!("the node list names more than {MAX_NODES} nodes"));
     }
     Ok(out)
 }

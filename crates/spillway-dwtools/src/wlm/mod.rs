@@ -9,14 +9,18 @@
 //! shows the output to the user or in the job's reason).
 
 mod args;
+mod owner;
 mod polls;
+
+use owner::{destroyer, Destroyer};
 
 use crate::connect::{client, Failure};
 use args::{ArgError, Call};
 use spillway_api::{AccessMode, ApiClient, ConfigType};
 use spillway_jobs::phases::{self, PhaseError, SetupRequest, Teardown};
-use spillway_jobs::JobSpec;
+use spillway_jobs::{input, JobSpec};
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -48,7 +52,13 @@ pub fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let out = run(&args);
     let mut stdout = std::io::stdout().lock();
-    let mut text = out.text;
+    // A failure's text echoes what it was given: long values are cut (a 10 MB bad
+    // value must not come back whole; Slurm stores and shows this text).
+    let mut text = if out.ok {
+        out.text
+    } else {
+        input::cut_values(&out.text)
+    };
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
@@ -115,18 +125,18 @@ fn manager() -> Result<crate::connect::Manager, Error> {
 }
 
 /// The job script Slurm names with `--job`, checked. Its problems are the user's
-/// (`job_process` shows them at submit), one per line.
+/// (`job_process` shows them at submit), one per line. Only a regular file of at most
+/// Slurm's own script limit (4 MiB) is read.
 fn script(call: &Call) -> Result<JobSpec, Error> {
     let path = call.need("--job")?;
-    let bytes =
-        std::fs::read(path).map_err(|e| format!("cannot read the job script {path}: {e}"))?;
+    let bytes = input::read_regular(Path::new(path), input::MAX_SCRIPT_BYTES, "the job script")?;
     JobSpec::parse(&bytes).map_err(|e| Error(e.to_string()))
 }
 
 fn uid(call: &Call, opt: &str) -> Result<u32, Error> {
     let v = call.need(opt)?;
     v.parse()
-        .map_err(|_| Error(format!("{opt} {v:?} is not a numeric id")))
+        .map_err(|_| Error(format!("{opt} {} is not a numeric id", input::shown(v))))
 }
 
 fn dispatch(call: &Call) -> Result<Outcome, Error> {
@@ -176,7 +186,19 @@ fn dispatch(call: &Call) -> Result<Outcome, Error> {
         "post_run" => Outcome::ok(phases::post_run(api, call.need("--token")?)?),
         "teardown" => {
             let token = call.need("--token")?;
-            match phases::teardown(api, token, call.flag("--hurry"))? {
+            let hurry = call.flag("--hurry");
+            let done = if token.bytes().all(|b| b.is_ascii_digit()) {
+                // A job's own teardown: Slurm chose the token (the job id) and made the
+                // session for the job's user at setup.
+                phases::teardown(api, token, hurry)?
+            } else {
+                // `#BB destroy_persistent name=<token>`: only for the instance's owner.
+                match destroyer(call.need("--job")?)? {
+                    Destroyer::Admin => phases::teardown(api, token, hurry)?,
+                    Destroyer::User(uid) => phases::teardown_for(api, token, hurry, uid)?,
+                }
+            };
+            match done {
                 Teardown::NotFound => {
                     Outcome::ok(format!("token not found: No matching session for token {token}"))
                 }

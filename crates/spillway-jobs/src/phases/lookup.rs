@@ -95,6 +95,37 @@ impl PersistentUse {
     }
 }
 
+/// The live session of `token`, made now as `new` if there is none; `what` names the
+/// token in messages ("token 42", "the persistent name scratch1"). A live session of
+/// the token owned by another user is refused (`taken`: why); the manager makes at most
+/// one live session per token (409 for a second, also when two callers race), and the
+/// loser looks again.
+pub fn live_session_of(
+    api: &ApiClient,
+    new: &spillway_api::NewSession,
+    what: &str,
+    taken: &str,
+) -> PhaseResult<Session> {
+    let owner = new.owner;
+    for _ in 0..2 {
+        if let Some(s) = find_session(api, &new.token)?.filter(|s| s.state.goal == Goal::Create) {
+            if Some(s.owner) != owner {
+                return Err(PhaseError::Refused(format!("{what} {taken}")));
+            }
+            return Ok(s);
+        }
+        match api.post::<_, Session>("/dw/v1/sessions", new) {
+            Ok(s) => return Ok(s),
+            // Made by a concurrent call in between: look again.
+            Err(spillway_api::ApiError::Status { status: 409, .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(PhaseError::Failed(format!(
+        "{what} is in use by a session being torn down; try again when it is gone"
+    )))
+}
+
 /// Wait until `instance` is built: every fragment on its server. A blown fuse (the
 /// servers refused it repeatedly) fails at once with the reason.
 pub fn wait_built(api: &ApiClient, id: u64) -> PhaseResult<Instance> {

@@ -26,7 +26,7 @@ pub use mounts::{mount_point, paths, post_run, pre_run, MountKind};
 pub use persistent::{create_persistent, NewPersistent};
 pub use setup::{setup, SetupRequest};
 pub use stages::{data_in, data_out};
-pub use teardown::{teardown, Teardown};
+pub use teardown::{may_tear_down, teardown, teardown_for, Teardown};
 
 use spillway_api::ApiError;
 use std::fmt;
@@ -41,6 +41,8 @@ pub enum PhaseError {
     Api(ApiError),
     /// The phase ran and something in it failed (a stage, a mount).
     Failed(String),
+    /// The user the phase acts for may not do this (another user's session).
+    Refused(String),
 }
 
 impl From<ApiError> for PhaseError {
@@ -55,7 +57,7 @@ impl fmt::Display for PhaseError {
             // The words Slurm looks for.
             PhaseError::NoSession(t) => write!(f, "No matching session for token {t}"),
             PhaseError::Api(e) => write!(f, "{e}"),
-            PhaseError::Failed(m) => write!(f, "{m}"),
+            PhaseError::Failed(m) | PhaseError::Refused(m) => write!(f, "{m}"),
         }
     }
 }

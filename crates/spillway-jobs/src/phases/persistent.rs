@@ -1,11 +1,11 @@
 //! `create_persistent`: a named session owned by the user, its public instance and a
 //! configuration. Repeating it for the same owner finds what is already there.
 
-use super::lookup::{find_session, Job};
+use super::lookup::{live_session_of, Job};
 use super::{PhaseError, PhaseResult};
 use spillway_api::{
-    AccessMode, ApiClient, ConfigType, Configuration, Goal, Instance, NewConfiguration,
-    NewInstance, NewSession, Session,
+    AccessMode, ApiClient, ConfigType, Configuration, Instance, NewConfiguration, NewInstance,
+    NewSession, Session,
 };
 
 pub struct NewPersistent {
@@ -21,29 +21,11 @@ pub struct NewPersistent {
 pub fn create_persistent(api: &ApiClient, p: &NewPersistent) -> PhaseResult<String> {
     if p.name.starts_with(|c: char| c.is_ascii_digit()) {
         return Err(PhaseError::Failed(format!(
-            "persistent name {:?} starts with a digit (names of digits are job ids)",
-            p.name
+            "persistent name {} starts with a digit (names of digits are job ids)",
+            crate::input::shown(&p.name)
         )));
     }
-    let session = match find_session(api, &p.name)?.filter(|s| s.state.goal == Goal::Create) {
-        Some(s) if s.owner != p.owner => {
-            return Err(PhaseError::Failed(format!(
-                "the persistent name {:?} is taken by uid {} (names are global)",
-                p.name, s.owner
-            )))
-        }
-        Some(s) => s,
-        None => api.post::<_, Session>(
-            "/dw/v1/sessions",
-            &NewSession {
-                token: p.name.clone(),
-                owner: Some(p.owner),
-                creator: Some("CLI".into()),
-                client_nodes: Vec::new(),
-                expiration: None,
-            },
-        )?,
-    };
+    let session = owned_session(api, p)?;
     let job = Job::of(api, session.clone())?;
     let instance = match job.instance {
         Some(i) => i,
@@ -79,4 +61,23 @@ pub fn create_persistent(api: &ApiClient, p: &NewPersistent) -> PhaseResult<Stri
         "created persistent instance {}: session {}, instance {} of {} bytes in pool {}, configuration {}",
         p.name, session.id, instance.id, instance.capacity.bytes, instance.pool, configuration.id
     ))
+}
+
+/// The live session named `p.name`, made now for `p.owner` if there is none. A name
+/// held by another user's live instance is refused (names are global), also when two
+/// users race for it: the manager makes at most one live session per token (409 for
+/// the second), and the loser looks again.
+fn owned_session(api: &ApiClient, p: &NewPersistent) -> PhaseResult<Session> {
+    live_session_of(
+        api,
+        &NewSession {
+            token: p.name.clone(),
+            owner: Some(p.owner),
+            creator: Some("CLI".into()),
+            client_nodes: Vec::new(),
+            expiration: None,
+        },
+        &format!("the persistent name {}", crate::input::shown(&p.name)),
+        "is taken by another user's instance (names are global); choose another",
+    )
 }

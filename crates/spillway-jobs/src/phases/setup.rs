@@ -4,13 +4,13 @@
 //! they are owed to the PFS from now on: a teardown without `hurry` runs them even if
 //! `data_out` never comes.
 
-use super::lookup::{find_session, Job};
+use super::lookup::{live_session_of, Job};
 use super::stages::{ensure_stage, stage_request};
 use super::{PhaseError, PhaseResult};
 use crate::job::{JobSpec, Target};
 use spillway_api::{
-    AccessMode, ApiClient, ApiError, ConfigType, Configuration, Goal, Instance, NewConfiguration,
-    NewInstance, NewSession, Session, StageWhen,
+    AccessMode, ApiClient, ConfigType, Configuration, Instance, NewConfiguration, NewInstance,
+    NewSession, Session, StageWhen,
 };
 
 /// What the workload manager says about the job.
@@ -109,35 +109,19 @@ pub fn setup(api: &ApiClient, spec: &JobSpec, req: &SetupRequest) -> PhaseResult
 
 /// The job's live session, made now if there is none.
 fn session(api: &ApiClient, req: &SetupRequest) -> PhaseResult<Session> {
-    for _ in 0..2 {
-        if let Some(s) = find_session(api, &req.token)?.filter(|s| s.state.goal == Goal::Create) {
-            if s.owner != req.owner {
-                return Err(PhaseError::Failed(format!(
-                    "token {} already names a session of uid {}, not of uid {}",
-                    req.token, s.owner, req.owner
-                )));
-            }
-            return Ok(s);
-        }
-        let made = api.post::<_, Session>(
-            "/dw/v1/sessions",
-            &NewSession {
-                token: req.token.clone(),
-                owner: Some(req.owner),
-                creator: Some(req.creator.clone()),
-                client_nodes: req.nodes.clone(),
-                expiration: None,
-            },
-        );
-        match made {
-            Ok(s) => return Ok(s),
-            // Made by a concurrent call of ours in between: look again.
-            Err(ApiError::Status { status: 409, .. }) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(PhaseError::Failed(format!(
-        "token {} is in use by a session being torn down; try again when it is gone",
-        req.token
-    )))
+    live_session_of(
+        api,
+        &NewSession {
+            token: req.token.clone(),
+            owner: Some(req.owner),
+            creator: Some(req.creator.clone()),
+            client_nodes: req.nodes.clone(),
+            expiration: None,
+        },
+        &format!("token {}", crate::input::shown(&req.token)),
+        &format!(
+            "already names another user's session, not one of uid {}",
+            req.owner
+        ),
+    )
 }

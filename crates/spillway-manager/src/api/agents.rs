@@ -22,7 +22,10 @@ fn check_node(node: &str) -> Result<(), ApiErr> {
     if ok {
         Ok(())
     } else {
-        Err(ApiErr::bad(format!("invalid node name {node:?}")))
+        Err(ApiErr::bad(format!(
+            "invalid node name {}",
+            super::quoted(node)
+        )))
     }
 }
 
@@ -44,9 +47,7 @@ pub async fn hello(
     b: Result<Json<AgentHello>, JsonRejection>,
 ) -> Result<Json<Value>, ApiErr> {
     check_node(&node)?;
-    let hello = b
-        .map(|Json(t)| t)
-        .map_err(|e| ApiErr::from_json(&e.body_text()))?;
+    let hello = b.map(|Json(t)| t).map_err(|e| super::body_rejected(&e))?;
     // A capability binds at most this many addresses; a compute node has a few.
     if hello.addresses.len() > 16 {
         return Err(ApiErr::bad("at most 16 addresses per node"));
@@ -55,7 +56,7 @@ pub async fn hello(
     for a in &hello.addresses {
         let ip: std::net::IpAddr = a
             .parse()
-            .map_err(|_| ApiErr::bad(format!("{a:?} is not an IP address")))?;
+            .map_err(|_| ApiErr::bad(format!("{} is not an IP address", super::quoted(a))))?;
         addrs.push(ip.to_string());
     }
     if addrs.is_empty() {
@@ -85,7 +86,7 @@ pub async fn work(
     q: Result<Query<WorkQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<AgentWork>, ApiErr> {
     check_node(&node)?;
-    let Query(q) = q.map_err(|e| ApiErr::bad(e.body_text()))?;
+    let Query(q) = q.map_err(|e| ApiErr::bad(super::cut(&e.body_text())))?;
     // Authenticate before waiting, so an unauthenticated caller cannot hold a request.
     st.run(&h, false, |c, _| agent_only(c)).await?;
     let mut rx = st.version.subscribe();
@@ -177,9 +178,7 @@ pub async fn report(
     b: Result<Json<AgentReport>, JsonRejection>,
 ) -> Result<Json<Value>, ApiErr> {
     check_node(&node)?;
-    let r = b
-        .map(|Json(t)| t)
-        .map_err(|e| ApiErr::from_json(&e.body_text()))?;
+    let r = b.map(|Json(t)| t).map_err(|e| super::body_rejected(&e))?;
     st.run(&h, true, move |c, db| {
         agent_only(c)?;
         if r.status == "failed" {

@@ -7,6 +7,53 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use spillway_api::ErrorBody;
 
+/// The most characters of a client's input an error message quotes (`cut`).
+pub const ECHO_MAX: usize = 100;
+
+/// The longest error message the API answers, in bytes: a safety net behind `cut` for
+/// texts made by libraries (serde, axum) that may quote input of their own.
+pub const MESSAGE_MAX: usize = 1024;
+
+/// A client's input as an error message may quote it: at most `ECHO_MAX` characters,
+/// then `…` when there was more. Every error that echoes a token, a name, a path or a
+/// query value goes through this (or `quoted`): a 1 MB bad value must not come back whole.
+pub fn cut(s: &str) -> String {
+    cut_to(s, ECHO_MAX)
+}
+
+/// The most characters kept of a text a library made about the input (serde's, axum's
+/// rejections): longer than `ECHO_MAX` to keep their explanation, which may quote input.
+pub const LIBRARY_TEXT_MAX: usize = 300;
+
+/// `s` cut to `max` characters, `…` marking a cut.
+pub fn cut_to(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
+/// `cut`, quoted as Rust's `{:?}` quotes (control characters escaped).
+pub fn quoted(s: &str) -> String {
+    match s.char_indices().nth(ECHO_MAX) {
+        Some((at, _)) => format!("{:?}…", &s[..at]),
+        None => format!("{s:?}"),
+    }
+}
+
+/// `message` cut to `MESSAGE_MAX` bytes (on a character boundary), `…` marking a cut.
+fn bounded(mut message: String) -> String {
+    if message.len() > MESSAGE_MAX {
+        let mut at = MESSAGE_MAX;
+        while !message.is_char_boundary(at) {
+            at -= 1;
+        }
+        message.truncate(at);
+        message.push('…');
+    }
+    message
+}
+
 #[derive(Debug)]
 pub struct ApiErr {
     pub status: StatusCode,
@@ -43,19 +90,22 @@ impl ApiErr {
         let choices = e
             .split_once("unknown variant")
             .or_else(|| e.split_once("unknown field"))
-            .and_then(|(_, rest)| rest.split_once("expected "))
+            // The last "expected": the input quoted before it may hold the word too.
+            .and_then(|(_, rest)| rest.rsplit_once("expected "))
             .map(|(_, list)| {
+                // serde's own list of valid names (from the types, not the input).
                 let list = list.strip_prefix("one of ").unwrap_or(list);
                 let list = list.split(" at line ").next().unwrap_or(list);
                 list.split('`')
                     .skip(1)
                     .step_by(2)
-                    .map(String::from)
+                    .take(64)
+                    .map(cut)
                     .collect::<Vec<_>>()
             });
         ApiErr {
             status: StatusCode::BAD_REQUEST,
-            message: format!("invalid request body: {e}"),
+            message: format!("invalid request body: {}", cut_to(e, LIBRARY_TEXT_MAX)),
             choices: choices.filter(|c| !c.is_empty()),
         }
     }
@@ -80,7 +130,7 @@ impl From<DbError> for ApiErr {
 impl IntoResponse for ApiErr {
     fn into_response(self) -> Response {
         let body = ErrorBody {
-            error: self.message,
+            error: bounded(self.message),
             choices: self.choices,
         };
         (self.status, Json(body)).into_response()
@@ -90,6 +140,33 @@ impl IntoResponse for ApiErr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cut_bounds_echoed_input() {
+        assert_eq!(cut("short"), "short");
+        assert_eq!(quoted("a\"b"), "\"a\\\"b\"");
+        let exact = "x".repeat(ECHO_MAX);
+        assert_eq!(cut(&exact), exact);
+        let big = "é".repeat(1 << 20);
+        let c = cut(&big);
+        assert_eq!(c.chars().count(), ECHO_MAX + 1);
+        assert!(c.ends_with('…'));
+        let q = quoted(&"y".repeat(1 << 20));
+        assert_eq!(q, format!("{:?}…", "y".repeat(ECHO_MAX)));
+        // The last net: any message is at most MESSAGE_MAX bytes (+ the mark).
+        let m = bounded("ü".repeat(MESSAGE_MAX));
+        assert!(m.len() <= MESSAGE_MAX + '…'.len_utf8() && m.ends_with('…'));
+        assert_eq!(bounded("ok".into()), "ok");
+        // A serde message quoting a 1 MB unknown variant stays short.
+        let body = format!(
+            r#"{{"instance":1,"type":"{}","access_mode":"stripe"}}"#,
+            "z".repeat(1 << 20)
+        );
+        let e = serde_json::from_str::<spillway_api::NewConfiguration>(&body)
+            .unwrap_err()
+            .to_string();
+        assert!(ApiErr::from_json(&e).message.len() < 1024);
+    }
 
     #[test]
     fn choices_from_serde() {

@@ -12,7 +12,7 @@ mod error;
 mod routes;
 mod stages;
 
-pub use error::ApiErr;
+pub use error::{cut, quoted, ApiErr};
 
 use crate::auth::{Auth, Caller};
 use crate::config::ManagerConfig;
@@ -22,6 +22,10 @@ use axum::routing::{get, put};
 use axum::Router;
 use std::sync::{mpsc, Arc, Mutex};
 use tokio::sync::watch;
+
+/// The largest request body accepted (413 beyond): the largest legitimate one, a list
+/// stage of a few thousand pairs, is far below it.
+pub const MAX_BODY: usize = 2 << 20;
 
 /// The OpenAPI document, kept in the repository and served as is.
 pub const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
@@ -47,6 +51,8 @@ impl AppState {
 
     /// Authenticate and run `f` with the database on a blocking thread (munged and
     /// SQLite both block). `mutates`: wake the reconcile loop and agents afterwards.
+    /// With an act-as header (`auth::ACT_AS_HEADER`, admins only) `f` gets the user it
+    /// names, so every handler authorises it exactly as that user.
     pub async fn run<T, F>(&self, headers: &HeaderMap, mutates: bool, f: F) -> Result<T, ApiErr>
     where
         T: Send + 'static,
@@ -60,12 +66,36 @@ impl AppState {
                     .map_err(|_| ApiErr::bad("Authorization is not text"))
             })
             .transpose()?;
+        let mut act_as = headers.get_all(crate::auth::ACT_AS_HEADER).iter();
+        let as_uid =
+            match (act_as.next(), act_as.next()) {
+                (None, _) => None,
+                (Some(v), None) => Some(v.to_str().map(String::from).map_err(|_| {
+                    ApiErr::bad(format!("{} is not text", crate::auth::ACT_AS_HEADER))
+                })?),
+                (Some(_), Some(_)) => {
+                    return Err(ApiErr::bad(format!(
+                        "{} given more than once",
+                        crate::auth::ACT_AS_HEADER
+                    )))
+                }
+            };
         let st = self.clone();
         let out = tokio::task::spawn_blocking(move || {
-            let caller = st
+            let real = st
                 .auth
                 .caller(header.as_deref())
                 .map_err(|e| ApiErr::new(axum::http::StatusCode::UNAUTHORIZED, e))?;
+            let caller = st
+                .auth
+                .act_as(real, as_uid.as_deref())
+                .map_err(|e| match e {
+                    crate::auth::ActAsError::Malformed(m) => ApiErr::bad(m),
+                    crate::auth::ActAsError::NotAdmin(m) => ApiErr::forbidden(m),
+                })?;
+            if caller.uid != real.uid {
+                tracing::debug!(uid = real.uid, as_uid = caller.uid, "acting as a user");
+            }
             let mut db = st.db.lock().unwrap_or_else(|e| e.into_inner());
             f(&caller, &mut db)
         })
@@ -157,6 +187,7 @@ pub fn router(state: AppState) -> Router {
             axum::routing::post(agents::report),
         )
         .fallback(fallback)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
 }
@@ -173,9 +204,11 @@ async fn json_errors(resp: axum::response::Response) -> axum::response::Response
     if !(status.is_client_error() || status.is_server_error()) || is_json {
         return resp;
     }
+    // axum's texts may quote the input (a query's unknown field, a path segment): read
+    // a bounded amount and keep at most LIBRARY_TEXT_MAX characters of it.
     let text = axum::body::to_bytes(resp.into_body(), 64 << 10)
         .await
-        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .map(|b| error::cut_to(String::from_utf8_lossy(&b).trim(), error::LIBRARY_TEXT_MAX))
         .unwrap_or_default();
     let reason = status.canonical_reason().unwrap_or("error");
     let message = if text.is_empty() {
@@ -189,12 +222,24 @@ async fn json_errors(resp: axum::response::Response) -> axum::response::Response
 async fn fallback(method: axum::http::Method, uri: axum::http::Uri) -> ApiErr {
     ApiErr::new(
         axum::http::StatusCode::NOT_FOUND,
-        format!("no such resource: {method} {}", uri.path()),
+        format!("no such resource: {method} {}", cut(uri.path())),
     )
+}
+
+/// A JSON body axum refused: over `MAX_BODY` (413), else what serde said (400).
+pub fn body_rejected(e: &axum::extract::rejection::JsonRejection) -> ApiErr {
+    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        ApiErr::new(
+            e.status(),
+            format!("request body larger than {MAX_BODY} bytes"),
+        )
+    } else {
+        ApiErr::from_json(&e.body_text())
+    }
 }
 
 /// A numeric id from the path.
 pub fn parse_id(s: &str) -> Result<u64, ApiErr> {
     s.parse::<u64>()
-        .map_err(|_| ApiErr::bad(format!("{s:?} is not a numeric id")))
+        .map_err(|_| ApiErr::bad(format!("{} is not a numeric id", quoted(s))))
 }

@@ -16,8 +16,7 @@ use spillway_api::*;
 type Res<T> = Result<Json<T>, ApiErr>;
 
 fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiErr> {
-    b.map(|Json(t)| t)
-        .map_err(|e| ApiErr::from_json(&e.body_text()))
+    b.map(|Json(t)| t).map_err(|e| super::body_rejected(&e))
 }
 
 fn admin_only(c: &crate::auth::Caller, what: &str) -> Result<(), ApiErr> {
@@ -178,8 +177,8 @@ pub async fn create_session(
         // Numeric tokens name job sessions; only the workload manager (an admin) makes them.
         if !c.admin && s.token.bytes().all(|b| b.is_ascii_digit()) {
             return Err(ApiErr::forbidden(format!(
-                "token {:?}: numeric tokens are reserved for jobs",
-                s.token
+                "token {}: numeric tokens are reserved for jobs",
+                super::quoted(&s.token)
             )));
         }
         Ok((

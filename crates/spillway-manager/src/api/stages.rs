@@ -19,13 +19,16 @@ type Res<T> = Result<Json<T>, ApiErr>;
 pub const WAIT_MAX: u64 = 60;
 
 fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiErr> {
-    b.map(|Json(t)| t)
-        .map_err(|e| ApiErr::from_json(&e.body_text()))
+    b.map(|Json(t)| t).map_err(|e| super::body_rejected(&e))
 }
 
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiErr> {
-    q.map(|Query(t)| t)
-        .map_err(|e| ApiErr::bad(format!("invalid query: {}", e.body_text())))
+    q.map(|Query(t)| t).map_err(|e| {
+        ApiErr::bad(format!(
+            "invalid query: {}",
+            super::error::cut_to(&e.body_text(), super::error::LIBRARY_TEXT_MAX)
+        ))
+    })
 }
 
 fn wait_of(w: Option<u64>) -> Result<Duration, ApiErr> {
@@ -123,7 +126,7 @@ pub async fn list_stages(
         Some(s) => Some(StageState::parse(s).ok_or_else(|| {
             ApiErr {
                 status: StatusCode::BAD_REQUEST,
-                message: format!("unknown stage state {s:?}"),
+                message: format!("unknown stage state {}", super::quoted(s)),
                 choices: Some(
                     StageState::ALL
                         .iter()

@@ -2,9 +2,10 @@
 //! one transaction, checks who may do it, and leaves the servers' and agents' work to
 //! the reconcile loop (nothing here waits on a server).
 
-use super::views::NODE_CAPACITY;
+use super::views::{refusal, NODE_CAPACITY};
 use super::{now, Db, DbError, DbResult, Viewer};
 use crate::alloc::{self, Candidate};
+use crate::api::quoted;
 use rusqlite::{params, OptionalExtension, Transaction};
 use spillway_api::*;
 
@@ -29,12 +30,14 @@ fn check_name(what: &str, s: &str) -> DbResult<()> {
         Ok(())
     } else {
         Err(DbError::Invalid(format!(
-            "invalid {what} {s:?}: 1 to 64 characters of A-Z a-z 0-9 _ . - (not starting with . or -)"
+            "invalid {what} {}: 1 to 64 characters of A-Z a-z 0-9 _ . - (not starting with . or -)",
+            quoted(s)
         )))
     }
 }
 
-/// The session's owner, or NotFound / Forbidden for a viewer who may not change it.
+/// The session's owner, or NotFound / Forbidden for a viewer who may not change it
+/// (`views::refusal`: NotFound, as for a missing one, if they may not even see it).
 fn owned_session(tx: &Transaction, v: Viewer, id: u64) -> DbResult<(u32, String)> {
     let row: Option<(i64, String)> = tx
         .query_row(
@@ -46,12 +49,31 @@ fn owned_session(tx: &Transaction, v: Viewer, id: u64) -> DbResult<(u32, String)
     let (owner, goal) = row.ok_or_else(|| DbError::NotFound(format!("no session {id}")))?;
     if let Viewer::User(uid) = v {
         if owner as u32 != uid {
-            return Err(DbError::Forbidden(format!(
-                "session {id} belongs to uid {owner}"
-            )));
+            return Err(refusal(tx, uid, "session", id));
         }
     }
     Ok((owner as u32, goal))
+}
+
+/// Whether `v` may change `what` `id`, an object of `session`: its owner or an admin.
+/// Anyone else gets `views::refusal` for the object itself (so a hidden instance answers
+/// exactly as a missing instance does, not as its session).
+fn owns_object(tx: &Transaction, v: Viewer, session: u64, what: &str, id: u64) -> DbResult<()> {
+    let Viewer::User(uid) = v else {
+        return Ok(());
+    };
+    let owner: Option<i64> = tx
+        .query_row(
+            "SELECT owner FROM sessions WHERE id = ?1",
+            [session as i64],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if owner.map(|o| o as u32) == Some(uid) {
+        Ok(())
+    } else {
+        Err(refusal(tx, uid, what, id))
+    }
 }
 
 fn bump_failures_reset(
@@ -79,7 +101,8 @@ impl Db {
         let units = p.units.clone().unwrap_or_else(|| "bytes".into());
         if units != "bytes" {
             return Err(DbError::Invalid(format!(
-                "units {units:?} not supported (only \"bytes\")"
+                "units {} not supported (only \"bytes\")",
+                quoted(&units)
             )));
         }
         let n = self.conn().execute(
@@ -87,7 +110,7 @@ impl Db {
             params![p.id, units, p.granularity as i64, now()],
         )?;
         if n == 0 {
-            return Err(DbError::Conflict(format!("pool {:?} exists", p.id)));
+            return Err(DbError::Conflict(format!("pool {} exists", quoted(&p.id))));
         }
         self.pool(&p.id)
     }
@@ -98,7 +121,7 @@ impl Db {
             r.get(0)
         })?;
         if !exists {
-            return Err(DbError::NotFound(format!("no pool {id:?}")));
+            return Err(DbError::NotFound(format!("no pool {}", quoted(id))));
         }
         let nodes: i64 = tx.query_row("SELECT COUNT(*) FROM nodes WHERE pool = ?1", [id], |r| {
             r.get(0)
@@ -110,7 +133,8 @@ impl Db {
         )?;
         if nodes > 0 || insts > 0 {
             return Err(DbError::Conflict(format!(
-                "pool {id:?} still has {nodes} node(s) and {insts} instance(s)"
+                "pool {} still has {nodes} node(s) and {insts} instance(s)",
+                quoted(id)
             )));
         }
         tx.execute("DELETE FROM pools WHERE id = ?1", [id])?;
@@ -138,7 +162,7 @@ impl Db {
             ],
         )?;
         if ins == 0 {
-            return Err(DbError::Conflict(format!("node {:?} exists", n.id)));
+            return Err(DbError::Conflict(format!("node {} exists", quoted(&n.id))));
         }
         tx.commit()?;
         self.node(&n.id)
@@ -150,7 +174,7 @@ impl Db {
             r.get(0)
         })?;
         if !exists {
-            return Err(DbError::NotFound(format!("no node {id:?}")));
+            return Err(DbError::NotFound(format!("no node {}", quoted(id))));
         }
         if let Some(pool) = &u.pool {
             let live: i64 = tx.query_row(
@@ -163,7 +187,8 @@ impl Db {
             let target = (!pool.is_empty()).then(|| pool.clone());
             if live > 0 && current != target {
                 return Err(DbError::Conflict(format!(
-                    "node {id:?} holds {live} fragment(s): drain it and wait for them to go before moving it to another pool"
+                    "node {} holds {live} fragment(s): drain it and wait for them to go before moving it to another pool",
+                    quoted(id)
                 )));
             }
             if let Some(p) = &target {
@@ -199,7 +224,7 @@ impl Db {
             r.get(0)
         })?;
         if !exists {
-            return Err(DbError::NotFound(format!("no node {id:?}")));
+            return Err(DbError::NotFound(format!("no node {}", quoted(id))));
         }
         let live: i64 = tx.query_row(
             "SELECT COUNT(*) FROM fragments WHERE node = ?1",
@@ -208,7 +233,8 @@ impl Db {
         )?;
         if live > 0 {
             return Err(DbError::Conflict(format!(
-                "node {id:?} still holds {live} fragment(s)"
+                "node {} still holds {live} fragment(s)",
+                quoted(id)
             )));
         }
         tx.execute("DELETE FROM nodes WHERE id = ?1", [id])?;
@@ -238,7 +264,10 @@ impl Db {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_.-@".contains(&b));
         if creator.is_empty() || creator.len() > 64 || !plain {
-            return Err(DbError::Invalid(format!("invalid creator {creator:?}")));
+            return Err(DbError::Invalid(format!(
+                "invalid creator {}",
+                quoted(&creator)
+            )));
         }
         for n in &s.client_nodes {
             check_name("client node", n)?;
@@ -260,10 +289,16 @@ impl Db {
                 |r| r.get(0),
             )
             .optional()?;
+        // Names are global, so the conflict must be told; whose it is need not be.
         if let Some(o) = holder {
+            let whose = if v == Viewer::Admin || v == Viewer::User(o as u32) {
+                format!(" (owner uid {o})")
+            } else {
+                String::new()
+            };
             return Err(DbError::Conflict(format!(
-                "token {:?} is in use (owner uid {o}): names of persistent instances are global",
-                s.token
+                "token {} is in use{whose}: names of persistent instances are global",
+                quoted(&s.token)
             )));
         }
         tx.execute(
@@ -356,7 +391,7 @@ impl Db {
         let label_given = req.label.clone();
         if let Some(l) = &label_given {
             if l.len() > 64 || l.contains(['\'', '"', '\n', '\0']) {
-                return Err(DbError::Invalid(format!("invalid label {l:?}")));
+                return Err(DbError::Invalid(format!("invalid label {}", quoted(l))));
             }
         }
         let limits = req.limits.clone().unwrap_or_default();
@@ -464,7 +499,7 @@ impl Db {
             .query_row(session_sql, [id as i64], |r| r.get(0))
             .optional()?
             .ok_or_else(|| DbError::NotFound(format!("no {what} {id}")))?;
-        owned_session(&tx, v, session as u64)?;
+        owns_object(&tx, v, session as u64, what, id)?;
         tx.execute(
             &format!(
                 "UPDATE {table} SET goal = 'destroy', actualized = 0, failures = 0 WHERE id = ?1"
@@ -510,7 +545,7 @@ impl Db {
             .optional()?;
         let (session, goal, root_gid, token) =
             row.ok_or_else(|| DbError::NotFound(format!("no instance {}", c.instance)))?;
-        owned_session(&tx, v, session as u64)?;
+        owns_object(&tx, v, session as u64, "instance", c.instance)?;
         // DataWarp's rule: a private namespace per compute node is for the nodes of one
         // job; a persistent instance (a named session) is shared by jobs.
         if c.access_mode == AccessMode::Private && !token.bytes().all(|b| b.is_ascii_digit()) {
@@ -583,10 +618,7 @@ impl Db {
             row.ok_or_else(|| DbError::NotFound(format!("no configuration {}", a.configuration)))?;
         if let Viewer::User(uid) = v {
             if public == 0 && cowner as u32 != uid {
-                return Err(DbError::Forbidden(format!(
-                    "configuration {} belongs to another user's private instance",
-                    a.configuration
-                )));
+                return Err(refusal(&tx, uid, "configuration", a.configuration));
             }
         }
         if cgoal != "create" {
@@ -606,31 +638,39 @@ impl Db {
                 a.session, a.configuration
             )));
         }
+        let root = mount_root.trim_end_matches('/');
+        let default = format!("{root}/s{}-c{}", a.session, a.configuration);
         let mount = match &a.mount {
-            Some(m) => {
-                let m = check_mount(m)?;
-                let under_root = m.starts_with(&format!("{}/", mount_root.trim_end_matches('/')));
-                if v != Viewer::Admin && !under_root {
-                    return Err(DbError::Forbidden(format!(
-                        "only admins mount outside {mount_root}"
-                    )));
-                }
-                m
+            // Root (the agent) makes and mounts this directory: a user must never choose
+            // where, or they pick a path that crosses their own instance (a symlink they
+            // planted there) and get their files mounted over a root-owned directory.
+            Some(_) if v != Viewer::Admin => {
+                return Err(DbError::Forbidden(format!(
+                    "only admins choose an activation's mount point: leave `mount` out                      (this one would be mounted at {default})"
+                )))
             }
-            None => format!(
-                "{}/s{}-c{}",
-                mount_root.trim_end_matches('/'),
-                a.session,
-                a.configuration
-            ),
+            Some(m) => check_mount(m, root)?,
+            None => check_mount(&default, root)?,
         };
-        let taken: i64 = tx.query_row(
-            "SELECT COUNT(*) FROM activations WHERE mount = ?1",
-            [&mount],
-            |r| r.get(0),
-        )?;
-        if taken > 0 {
-            return Err(DbError::Conflict(format!("mount point {mount} is in use")));
+        // Never equal to, inside or above another activation's mount point while that
+        // activation exists (whatever its goal: until every node has unmounted it, its
+        // row stays): one mount must never hide, or be reached through, another.
+        let mut st = tx.prepare("SELECT id, mount FROM activations")?;
+        let others = st
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        drop(st);
+        if let Some((id, other)) = others.iter().find(|(_, o)| mounts_overlap(&mount, o)) {
+            let how = if *other == mount {
+                "is in use by"
+            } else if other.len() < mount.len() {
+                "is inside the mount point of"
+            } else {
+                "contains the mount point of"
+            };
+            return Err(DbError::Conflict(format!(
+                "mount point {mount} {how} activation {id} ({other})"
+            )));
         }
         tx.execute(
             "INSERT INTO activations(session, configuration, mount, created, goal) VALUES (?1, ?2, ?3, ?4, 'create')",
@@ -674,7 +714,7 @@ fn pool_exists(tx: &Transaction, id: &str) -> DbResult<u64> {
     })
     .optional()?
     .map(|g| g as u64)
-    .ok_or_else(|| DbError::NotFound(format!("no pool {id:?}")))
+    .ok_or_else(|| DbError::NotFound(format!("no pool {}", quoted(id))))
 }
 
 /// Online, undrained nodes of the pool with their free granules.
@@ -704,16 +744,20 @@ fn check_address(a: &str) -> DbResult<()> {
         Ok(())
     } else {
         Err(DbError::Invalid(format!(
-            "invalid address {a:?}: expected host:port"
+            "invalid address {}: expected host:port",
+            quoted(a)
         )))
     }
 }
 
-/// An absolute, normalised path without `..`, `.` or empty components.
-fn check_mount(m: &str) -> DbResult<String> {
+/// A mount point the agent may make: an absolute, normalised path of plain characters
+/// (no `.`, `..` or empty components) strictly below `mount_root` (compared by
+/// component, so `/m` does not hold `/mx`).
+fn check_mount(m: &str, mount_root: &str) -> DbResult<String> {
     let bad = || {
         DbError::Invalid(format!(
-            "invalid mount point {m:?}: an absolute path of A-Z a-z 0-9 _ . - / without . or .. components"
+            "invalid mount point {}: an absolute path of A-Z a-z 0-9 _ . - / without . or .. components",
+            quoted(m)
         ))
     };
     // Plain characters only: mount tables escape others, and the agent (root) must
@@ -724,7 +768,7 @@ fn check_mount(m: &str) -> DbResult<String> {
     if !m.starts_with('/') || m.len() > 1024 || !plain {
         return Err(bad());
     }
-    let parts: Vec<&str> = m.split('/').skip(1).collect();
+    let parts = components(m);
     if parts.is_empty()
         || parts
             .iter()
@@ -732,5 +776,70 @@ fn check_mount(m: &str) -> DbResult<String> {
     {
         return Err(bad());
     }
+    let root: Vec<&str> = components(mount_root)
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.len() <= root.len() || parts[..root.len()] != root[..] {
+        return Err(DbError::Invalid(format!(
+            "mount point {m} is not below the site's mount root {mount_root}"
+        )));
+    }
     Ok(m.to_string())
+}
+
+/// The components of an absolute path (`/a/b` → `a`, `b`; empty ones kept).
+fn components(p: &str) -> Vec<&str> {
+    p.strip_prefix('/').unwrap_or(p).split('/').collect()
+}
+
+/// Whether two checked mount points are equal or one lies below the other, by
+/// component (`/m/a` and `/m/ab` do not overlap).
+fn mounts_overlap(a: &str, b: &str) -> bool {
+    let (a, b) = (components(a), components(b));
+    let n = a.len().min(b.len());
+    a[..n] == b[..n]
+}
+
+#[cfg(test)]
+mod mount_tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_lie_strictly_below_the_root() {
+        let r = "/var/m";
+        assert!(check_mount("/var/m/a", r).is_ok());
+        assert!(check_mount("/var/m/batch/1_striped_scratch", r).is_ok());
+        assert!(check_mount("/var/m/", "/var/m/").is_err());
+        for bad in [
+            "/var/m",
+            "/var/mx/a",
+            "/var",
+            "/",
+            "/etc/x",
+            "var/m/a",
+            "/var/m//a",
+            "/var/m/./a",
+            "/var/m/../a",
+            "/var/m/a/..",
+            "/var/m/a/",
+            "/var/m/a b",
+            "/var/m/\u{e9}",
+        ] {
+            assert!(check_mount(bad, r).is_err(), "{bad}");
+        }
+        assert!(check_mount("/var/m/a", "/var/m/").is_ok());
+        assert!(check_mount("/x", "/").is_ok());
+        assert!(check_mount("/", "/").is_err());
+    }
+
+    #[test]
+    fn overlap_is_by_component() {
+        assert!(mounts_overlap("/m/a", "/m/a"));
+        assert!(mounts_overlap("/m/a", "/m/a/b"));
+        assert!(mounts_overlap("/m/a/b/c", "/m/a"));
+        assert!(!mounts_overlap("/m/a", "/m/ab"));
+        assert!(!mounts_overlap("/m/ab/c", "/m/a"));
+        assert!(!mounts_overlap("/m/a/b", "/m/a/c"));
+    }
 }

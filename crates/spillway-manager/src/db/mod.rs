@@ -67,7 +67,21 @@ pub fn now() -> i64 {
 }
 
 impl Db {
+    /// Open (or create) the database at `path`, mode 0600 with its WAL and shared
+    /// memory files: it holds every instance's secret. SQLite would create it 0644 and
+    /// its WAL with the database's mode, so the file is made (or made private) first.
     pub fn open(path: &Path) -> DbResult<Db> {
+        let private = |p: &Path| {
+            spillway_types::files::make_private(p)
+                .map_err(|e| DbError::Invalid(format!("cannot make {} private: {e}", p.display())))
+        };
+        spillway_types::files::precreate_private(path)
+            .map_err(|e| DbError::Invalid(format!("cannot create {}: {e}", path.display())))?;
+        for suffix in ["-wal", "-shm", "-journal"] {
+            let mut side = path.as_os_str().to_owned();
+            side.push(suffix);
+            private(Path::new(&side))?;
+        }
         let conn = Connection::open(path)?;
         Self::init(conn)
     }

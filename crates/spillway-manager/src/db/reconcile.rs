@@ -464,7 +464,8 @@ impl Db {
             s @ ("mounted" | "unmounted" | "failed") => s,
             other => {
                 return Err(super::DbError::Invalid(format!(
-                    "status {other:?} is not one of mounted, unmounted, failed"
+                    "status {} is not one of mounted, unmounted, failed",
+                    crate::api::quoted(other)
                 )))
             }
         };

@@ -8,6 +8,7 @@
 //! under" is a plain prefix test.
 
 use super::{now, Db, DbError, DbResult, Viewer};
+use crate::api::{cut, quoted};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use spillway_api::*;
 
@@ -28,7 +29,8 @@ pub const EIO: i32 = 5;
 pub fn norm_path(what: &str, p: &str) -> DbResult<String> {
     if !p.starts_with('/') {
         return Err(DbError::Invalid(format!(
-            "{what} {p:?} is not an absolute path"
+            "{what} {} is not an absolute path",
+            quoted(p)
         )));
     }
     if p.len() > 4096 || p.contains('\0') {
@@ -41,11 +43,15 @@ pub fn norm_path(what: &str, p: &str) -> DbResult<String> {
         .filter(|c| !c.is_empty() && *c != ".")
         .collect();
     if comps.contains(&"..") {
-        return Err(DbError::Invalid(format!("{what} {p:?} has .. components")));
+        return Err(DbError::Invalid(format!(
+            "{what} {} has .. components",
+            quoted(p)
+        )));
     }
     if comps.iter().any(|c| c.len() > 255) {
         return Err(DbError::Invalid(format!(
-            "{what} {p:?} has a name longer than 255 bytes"
+            "{what} {} has a name longer than 255 bytes",
+            quoted(p)
         )));
     }
     Ok(format!("/{}", comps.join("/")))
@@ -240,7 +246,8 @@ fn stage_visible(v: Viewer) -> String {
 }
 
 /// The instance's session, checking that `v` may stage on it: NotFound without such
-/// an instance, Forbidden for a user who does not own its session. Also its goal.
+/// an instance, for a user who does not own its session `views::refusal` (Forbidden if
+/// they may see it, else NotFound as for a missing one). Also its goal.
 fn owned_instance(conn: &Connection, v: Viewer, id: u64) -> DbResult<(u64, String)> {
     let row: Option<(i64, String, i64)> = conn
         .query_row(
@@ -254,9 +261,7 @@ fn owned_instance(conn: &Connection, v: Viewer, id: u64) -> DbResult<(u64, Strin
         row.ok_or_else(|| DbError::NotFound(format!("no instance {id}")))?;
     if let Viewer::User(uid) = v {
         if owner as u32 != uid {
-            return Err(DbError::Forbidden(format!(
-                "instance {id} belongs to uid {owner}"
-            )));
+            return Err(super::views::refusal(conn, uid, "instance", id));
         }
     }
     Ok((session as u64, goal))
@@ -470,7 +475,8 @@ impl Db {
             let ppath = norm_path("PFS path", ppath)?;
             if !pfs_roots.iter().any(|r| under(&ppath, r)) {
                 return Err(DbError::Invalid(format!(
-                    "PFS path {ppath} is not under this site's PFS roots ({})",
+                    "PFS path {} is not under this site's PFS roots ({})",
+                    cut(&ppath),
                     pfs_roots.join(", ")
                 )));
             }
@@ -548,8 +554,11 @@ impl Db {
                 let (c, blocking) = counts_in(&tx, req.instance, p, StageScope::File)?;
                 if c.pending > 0 || c.deferred > 0 {
                     return Err(DbError::Conflict(format!(
-                        "{p} already has a pending or deferred stage{}: wait for it or terminate it",
-                        blocking.map(|b| format!(" (stage {b})")).unwrap_or_default()
+                        "{} already has a pending or deferred stage{}: wait for it or terminate it",
+                        cut(p),
+                        blocking
+                            .map(|b| format!(" (stage {b})"))
+                            .unwrap_or_default()
                     )));
                 }
             }
@@ -729,8 +738,9 @@ impl Db {
         }
         if hits.is_empty() {
             return Err(DbError::NotFound(format!(
-                "no stage of instance {instance} to {} at {path}{}",
+                "no stage of instance {instance} to {} at {}{}",
                 a.action.as_str(),
+                cut(&path),
                 if a.scope == StageScope::Tree {
                     " or under it"
                 } else {
@@ -873,9 +883,7 @@ impl Db {
         let owner = owner.ok_or_else(|| DbError::NotFound(format!("no session {session}")))?;
         if let Viewer::User(uid) = v {
             if owner as u32 != uid {
-                return Err(DbError::Forbidden(format!(
-                    "session {session} belongs to uid {owner}"
-                )));
+                return Err(super::views::refusal(&tx, uid, "session", session));
             }
         }
         let insts: Vec<u64> = tx

@@ -145,14 +145,38 @@ fn users_see_their_own_and_public_objects() {
         .collect();
     assert_eq!(ids, vec![mine, persistent]);
     assert_eq!(db.instances(me, None).unwrap().len(), 1);
-    assert!(matches!(
-        db.destroy_session(me, theirs),
-        Err(DbError::Forbidden(_))
-    ));
-    assert!(matches!(
-        db.create_instance(me, &plan(theirs, 1)),
-        Err(DbError::Forbidden(_))
-    ));
+    // A session the user may not see answers exactly as a missing one; one they may
+    // see (it holds a public instance) 403, without naming its owner.
+    let missing = theirs + 1000;
+    let text = |r: Result<_, DbError>, id: u64| match r {
+        Err(DbError::NotFound(m)) => m.replace(&id.to_string(), "N"),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        text(db.destroy_session(me, theirs).map(|_| ()), theirs),
+        text(db.destroy_session(me, missing).map(|_| ()), missing)
+    );
+    assert_eq!(
+        text(db.create_instance(me, &plan(theirs, 1)).map(|_| ()), theirs),
+        text(
+            db.create_instance(me, &plan(missing, 1)).map(|_| ()),
+            missing
+        )
+    );
+    let hidden = db.instances(Viewer::Admin, None).unwrap()[0].id;
+    assert_eq!(
+        text(db.destroy_instance(me, hidden).map(|_| ()), hidden),
+        text(db.destroy_instance(me, 999).map(|_| ()), 999)
+    );
+    match db.destroy_session(me, persistent) {
+        Err(DbError::Forbidden(m)) => assert!(!m.contains("2000"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let public = db.instances(me, None).unwrap()[0].id;
+    match db.destroy_instance(me, public) {
+        Err(DbError::Forbidden(m)) => assert!(!m.contains("2000"), "{m}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -41,6 +41,40 @@ fn instance_visible(v: Viewer, col: &str) -> String {
     }
 }
 
+/// What a user (`uid`) is told who may not change the object `what` `id` (a session,
+/// instance, configuration or activation that exists): if they may see it, 403 without
+/// naming its owner; if not, exactly what a missing one answers (404 `no {what} {id}`),
+/// so that its existence is not revealed (docs/control-plane.md, "Security").
+pub(crate) fn refusal(conn: &rusqlite::Connection, uid: u32, what: &str, id: u64) -> DbError {
+    let v = Viewer::User(uid);
+    let cond = match what {
+        "session" => format!(
+            "SELECT 1 FROM sessions WHERE id = ?1 AND {}",
+            session_visible(v, "id")
+        ),
+        "instance" => format!(
+            "SELECT 1 FROM instances WHERE id = ?1 AND {}",
+            instance_visible(v, "id")
+        ),
+        "configuration" => format!(
+            "SELECT 1 FROM configurations WHERE id = ?1 AND {}",
+            instance_visible(v, "instance")
+        ),
+        "fragment" => format!(
+            "SELECT 1 FROM fragments WHERE id = ?1 AND {}",
+            instance_visible(v, "instance")
+        ),
+        // Activations (and anything else) are seen by their owner only.
+        _ => return DbError::NotFound(format!("no {what} {id}")),
+    };
+    use rusqlite::OptionalExtension;
+    match conn.query_row(&cond, [id as i64], |_| Ok(())).optional() {
+        Ok(Some(())) => DbError::Forbidden(format!("{what} {id} belongs to another user")),
+        Ok(None) => DbError::NotFound(format!("no {what} {id}")),
+        Err(e) => e.into(),
+    }
+}
+
 impl Db {
     fn pairs(&self, sql: &str) -> DbResult<Vec<(u64, u64)>> {
         let mut st = self.conn().prepare_cached(sql)?;
@@ -81,7 +115,7 @@ impl Db {
         self.pools()?
             .into_iter()
             .find(|p| p.id == id)
-            .ok_or_else(|| DbError::NotFound(format!("no pool {id:?}")))
+            .ok_or_else(|| DbError::NotFound(format!("no pool {}", crate::api::quoted(id))))
     }
 
     pub fn nodes(&self) -> DbResult<Vec<Node>> {
@@ -177,7 +211,7 @@ impl Db {
         self.nodes()?
             .into_iter()
             .find(|n| n.id == id)
-            .ok_or_else(|| DbError::NotFound(format!("no node {id:?}")))
+            .ok_or_else(|| DbError::NotFound(format!("no node {}", crate::api::quoted(id))))
     }
 
     pub fn sessions(&self, v: Viewer, only: Option<u64>) -> DbResult<Vec<Session>> {

@@ -12,7 +12,8 @@
 pub mod servers;
 
 use crate::db::Db;
-use servers::Servers;
+use servers::{ProbeError, Servers};
+use std::collections::HashMap;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -23,6 +24,17 @@ pub struct Loop {
     pub version: Arc<watch::Sender<u64>>,
     pub heartbeat_interval: Duration,
     pub node_timeout: Duration,
+    /// Heartbeat bookkeeping of this process (see `heartbeat`).
+    pub silence: Mutex<Silence>,
+}
+
+/// When each node's current run of failed heartbeats began (nodes that answered last
+/// have no entry), and when the manager last said it could not probe.
+#[derive(Default)]
+pub struct Silence {
+    since: HashMap<String, Instant>,
+    local_logged: Option<Instant>,
+    local_suppressed: u64,
 }
 
 /// Concurrent server calls in one pass.
@@ -32,14 +44,32 @@ pub(crate) fn lock(db: &Mutex<Db>) -> std::sync::MutexGuard<'_, Db> {
     db.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Run `f` over `items`, at most PARALLEL at once, returning results in order.
+/// Run `f` over `items`, at most PARALLEL at once, returning results in order. An item
+/// whose thread cannot be made (the process is out of memory or threads) runs on the
+/// caller's thread instead: the heartbeat thread must not die of it.
 pub(crate) fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    enum Job<H, R> {
+        Thread(H),
+        Done(R),
+    }
+    let f = &f;
     let mut out = Vec::with_capacity(items.len());
     for chunk in items.chunks(PARALLEL) {
         let rs: Vec<R> = std::thread::scope(|s| {
-            let hs: Vec<_> = chunk.iter().map(|i| s.spawn(|| f(i))).collect();
-            hs.into_iter()
-                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            let jobs: Vec<_> = chunk
+                .iter()
+                .map(
+                    |i| match std::thread::Builder::new().spawn_scoped(s, move || f(i)) {
+                        Ok(h) => Job::Thread(h),
+                        Err(_) => Job::Done(f(i)),
+                    },
+                )
+                .collect();
+            jobs.into_iter()
+                .map(|j| match j {
+                    Job::Thread(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+                    Job::Done(r) => r,
+                })
                 .collect()
         });
         out.extend(rs);
@@ -62,13 +92,43 @@ impl Loop {
             }
         };
         let results = parallel(&nodes, |n| self.servers.probe(&n.address));
+        let now = Instant::now();
         let mut changed = false;
+        let mut local: Vec<String> = Vec::new();
+        let mut silence = self.silence.lock().unwrap_or_else(|e| e.into_inner());
+        silence
+            .since
+            .retain(|id, _| nodes.iter().any(|n| &n.id == id));
         let mut db = lock(&self.db);
         for (n, r) in nodes.iter().zip(results) {
-            if let Err(e) = &r {
-                tracing::debug!(node = %n.id, "heartbeat failed: {e}");
-            }
-            match db.record_heartbeat(&n.id, r, self.node_timeout.as_secs() as i64) {
+            let r = match r {
+                Ok(capacity) => {
+                    silence.since.remove(&n.id);
+                    Ok(capacity)
+                }
+                // The manager could not ask (out of descriptors, no credential): not
+                // recorded at all, and the server's run of silence starts over, so
+                // time the manager could not look never counts against a server.
+                Err(ProbeError::Local(e)) => {
+                    silence.since.remove(&n.id);
+                    local.push(format!("{}: {e}", n.id));
+                    continue;
+                }
+                Err(ProbeError::Server(e)) => {
+                    tracing::debug!(node = %n.id, "heartbeat failed: {e}");
+                    Err(e)
+                }
+            };
+            // Offline only after the server itself failed every heartbeat for
+            // node_timeout (and its last answer is that old, checked by the database).
+            let silent_for = r
+                .is_err()
+                .then(|| now.duration_since(*silence.since.entry(n.id.clone()).or_insert(now)));
+            let timeout = match silent_for {
+                Some(d) if d <= self.node_timeout => i64::MAX,
+                _ => self.node_timeout.as_secs() as i64,
+            };
+            match db.record_heartbeat(&n.id, r, timeout) {
                 Ok(true) => {
                     changed = true;
                     tracing::info!(node = %n.id, "node online state changed");
@@ -78,6 +138,25 @@ impl Loop {
             }
         }
         drop(db);
+        if !local.is_empty() {
+            let quiet = silence
+                .local_logged
+                .is_some_and(|t| now.duration_since(t) < Duration::from_secs(10));
+            if quiet {
+                silence.local_suppressed += 1;
+            } else {
+                tracing::error!(
+                    "heartbeat: the manager itself could not probe {} server(s) (not held \
+                     against them; {} more such rounds since the last report): {}",
+                    local.len(),
+                    silence.local_suppressed,
+                    local.join("; ")
+                );
+                silence.local_logged = Some(now);
+                silence.local_suppressed = 0;
+            }
+        }
+        drop(silence);
         if changed {
             self.bump();
         }
@@ -175,5 +254,76 @@ impl Loop {
                 }
             })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn only_the_servers_own_silence_makes_it_offline() {
+        // A port nobody listens on: the server is down.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = l.local_addr().unwrap().to_string();
+        drop(l);
+        let mut db = Db::open_in_memory().unwrap();
+        db.create_node(&spillway_api::NewNode {
+            id: "s0".into(),
+            address,
+            pool: None,
+            capacity: None,
+        })
+        .unwrap();
+        db.record_heartbeat("s0", Ok(1 << 30), 10).unwrap();
+        // Its last answer is ancient, as after a long time the manager could not look.
+        db.conn()
+            .execute("UPDATE nodes SET last_heartbeat = 0 WHERE id = 's0'", [])
+            .unwrap();
+        let munged_up = Arc::new(AtomicBool::new(false));
+        let up = munged_up.clone();
+        let (version, _) = watch::channel(0);
+        let lp = Loop {
+            db: Arc::new(Mutex::new(db)),
+            servers: Arc::new(Servers {
+                admin: Arc::new(move || {
+                    if up.load(Ordering::SeqCst) {
+                        Ok(vec![1])
+                    } else {
+                        Err("munged is down".into())
+                    }
+                }),
+                deadline: Duration::from_secs(2),
+            }),
+            version: Arc::new(version),
+            heartbeat_interval: Duration::from_millis(100),
+            node_timeout: Duration::from_secs(1),
+            silence: Default::default(),
+        };
+        let online = |lp: &Loop| lock(&lp.db).node("s0").unwrap().online;
+        // The manager cannot probe (no credential): never held against the server.
+        for _ in 0..3 {
+            lp.heartbeat();
+        }
+        assert!(online(&lp));
+        // The server's own failures: offline only once they lasted node_timeout, however
+        // old its last answer is.
+        munged_up.store(true, Ordering::SeqCst);
+        lp.heartbeat();
+        assert!(online(&lp));
+        std::thread::sleep(Duration::from_millis(600));
+        lp.heartbeat();
+        assert!(online(&lp));
+        // A round the manager could not make starts the count over.
+        munged_up.store(false, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(600));
+        lp.heartbeat();
+        munged_up.store(true, Ordering::SeqCst);
+        lp.heartbeat();
+        assert!(online(&lp));
+        std::thread::sleep(Duration::from_millis(1100));
+        lp.heartbeat();
+        assert!(!online(&lp));
     }
 }

@@ -12,6 +12,30 @@ use spillway_wire::{
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Why a heartbeat got no answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeError {
+    /// The manager itself could not make the call (out of descriptors or memory, no
+    /// credential from munged): this says nothing about the server.
+    Local(String),
+    /// The server did not answer, or refused.
+    Server(String),
+}
+
+/// The error of opening a socket now, when it is a shortage of this process or host
+/// (EMFILE, ENFILE, ENOBUFS, ENOMEM); None when a socket can be opened.
+pub fn local_exhaustion() -> Option<std::io::Error> {
+    // SAFETY: socket() takes no pointers; the descriptor is closed right away.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return spillway_types::rlimit::is_resource_exhaustion(&e).then_some(e);
+    }
+    // SAFETY: `fd` is the descriptor opened above, closed once.
+    unsafe { libc::close(fd) };
+    None
+}
+
 /// Makes the credential of one admin connection.
 pub type AdminCredential = Arc<dyn Fn() -> Result<Vec<u8>, String> + Send + Sync>;
 
@@ -52,13 +76,29 @@ impl Servers {
         ))
     }
 
-    /// Bytes the server offers.
-    pub fn probe(&self, address: &str) -> Result<u64, String> {
-        let ep = self.admin_endpoint(address).map_err(|e| e.to_string())?;
-        let st = ep
-            .call(&ServerStatusReq {})
-            .map_err(|e| describe(e).to_string())?;
-        Ok(st.capacity)
+    /// Bytes the server offers. A failure says whose it was: only the server's own
+    /// failures may count toward declaring it offline.
+    pub fn probe(&self, address: &str) -> Result<u64, ProbeError> {
+        if let Some(e) = local_exhaustion() {
+            return Err(ProbeError::Local(format!("cannot open a socket: {e}")));
+        }
+        let cred =
+            (self.admin)().map_err(|e| ProbeError::Local(format!("no admin credential: {e}")))?;
+        let ep = Endpoint::new(
+            address.to_string(),
+            hello(role::ADMIN, 0, cred),
+            self.deadline,
+            Duration::ZERO,
+        );
+        match ep.call(&ServerStatusReq {}) {
+            Ok(st) => Ok(st.capacity),
+            // The wire client does not say why a connection could not be made: when
+            // the manager cannot open a socket now, that is taken to be why.
+            Err(e) => match local_exhaustion() {
+                Some(le) => Err(ProbeError::Local(format!("cannot open a socket: {le}"))),
+                None => Err(ProbeError::Server(describe(e).to_string())),
+            },
+        }
     }
 
     pub fn create_fragment(&self, w: &FragmentWork) -> Result<(), CallError> {
@@ -120,5 +160,79 @@ impl Servers {
         })
         .map(|_| ())
         .map_err(describe)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn servers(cred: AdminCredential) -> Servers {
+        Servers {
+            admin: cred,
+            deadline: Duration::from_secs(2),
+        }
+    }
+
+    #[test]
+    fn a_dead_server_is_the_servers_failure() {
+        // A port nobody listens on: refused, the server's doing.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        drop(l);
+        let s = servers(Arc::new(|| Ok(vec![1, 2, 3])));
+        assert!(matches!(s.probe(&addr), Err(ProbeError::Server(_))));
+    }
+
+    #[test]
+    fn no_credential_is_the_managers_failure() {
+        let s = servers(Arc::new(|| Err("munged: connection refused".into())));
+        match s.probe("127.0.0.1:1") {
+            Err(ProbeError::Local(e)) => assert!(e.contains("munged"), "{e}"),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    #[test]
+    fn out_of_descriptors_is_the_managers_failure() {
+        // In a child process whose descriptor limit is used up: the probe must blame
+        // the manager, not the server.
+        // SAFETY: the child runs only this test's code and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = (|| {
+                let rl = libc::rlimit {
+                    rlim_cur: 64,
+                    rlim_max: 64,
+                };
+                // SAFETY: setrlimit only reads the struct.
+                if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } != 0 {
+                    return 2;
+                }
+                let mut held = Vec::new();
+                while let Ok(f) = std::fs::File::open("/dev/null") {
+                    held.push(f);
+                }
+                let s = servers(Arc::new(|| Ok(vec![1])));
+                match s.probe("127.0.0.1:1") {
+                    Err(ProbeError::Local(e))
+                        if e.contains("descriptor") || e.contains("files") =>
+                    {
+                        0
+                    }
+                    _ => 1,
+                }
+            })();
+            // SAFETY: ends the forked child without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child status {status:#x}"
+        );
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! * Dispatch: every round (after any change, at least once a second) the stages the
 //!   database says may start (`Db::stage_start_work`: the instance is built, fewer than
-//!   its concurrency running) get a `StageStartReq` on their coordinator. A server that
+//!   its concurrency running) get a `StageStartReq` on their coordinator, carrying the
+//!   stage ticket signed here (owner, direction, paths, expiry): the servers take the
+//!   stage's uid and PFS paths from it alone. A server that
 //!   cannot be reached leaves the stage queued (a later round retries, maybe on another
 //!   server); a refusal fails the stage with the server's reason.
 //! * Watching: one thread per stage a coordinator holds (`live`), also after a manager
@@ -12,16 +14,19 @@
 //!   `StageProgressReq` (about a second per call) and records file events and counters;
 //!   at the end it records the final state and sends `StageForgetReq`. A coordinator
 //!   that answers `UNKNOWN` (it restarted) or stays unreachable past the node timeout
-//!   fails the stage, naming the server.
+//!   fails the stage, naming the server; time in which the manager itself could not
+//!   open a socket (out of descriptors) does not count, as for heartbeats.
 //!
 //! Like the reconcile loop it keeps no state of its own besides which stages have a
 //! watcher: everything else is in the database.
 
 use crate::db::{Db, FileEvent, FileState, LiveStage, Progress, StageEnd, StartWork, WatchState};
-use crate::reconcile::servers::{hello, Servers};
+use crate::reconcile::servers::{hello, local_exhaustion, Servers};
 use crate::reconcile::{lock, parallel};
 use spillway_api::{StageDirection, StageState, StageType};
 use spillway_types::errno::errno_name;
+use spillway_types::peer::Throttle;
+use spillway_types::stage_ticket::{self, StageTicket};
 use spillway_types::Errno;
 use spillway_wire::{
     file_state, role, stage_dir, stage_kind, stage_state, Endpoint, StageCancelReq, StageForgetReq,
@@ -35,6 +40,8 @@ use tokio::sync::watch;
 /// Settings of staging (from `manager.conf`).
 #[derive(Clone, Debug)]
 pub struct StageSettings {
+    /// The site's PFS roots, as `POST /stages` checks them. They are not sent to the
+    /// servers: each server stages only under its own configured roots.
     pub pfs_roots: Vec<String>,
     pub files_in_flight: u32,
     pub default_concurrency: u32,
@@ -50,6 +57,12 @@ pub struct Stager {
     /// Stages that have a watcher thread.
     watched: Mutex<HashSet<u64>>,
 }
+
+/// How long a stage ticket is valid from the stage's start. Every server checks it on
+/// every copy request, so a stage still copying after this fails (EACCES) and must be
+/// started again: a week is far beyond any stage a burst buffer's size allows at the
+/// slowest PFS, yet bounds what a ticket taken from a server is good for.
+pub const TICKET_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// How long one progress request may wait on the coordinator.
 const PROGRESS_WAIT_MS: u32 = 1000;
@@ -204,26 +217,78 @@ impl Stager {
         self.ensure_watchers();
     }
 
+    /// The stage ticket of `w` (spillway_types::stage_ticket): its owner's uid, its
+    /// direction and paths, valid for `TICKET_LIFETIME`, signed with its instance's
+    /// secret. Signed at every start (nothing to store: a stage started again after a
+    /// refusal gets a fresh one).
+    fn ticket(&self, w: &StartWork, direction: u8) -> Result<Vec<u8>, Errno> {
+        let secret: Vec<u8> = lock(&self.db)
+            .conn()
+            .query_row(
+                "SELECT secret FROM instances WHERE id = ?1",
+                [w.instance as i64],
+                |r| r.get(0),
+            )
+            .map_err(|e| {
+                tracing::error!(stage = w.stage, "stage ticket: the instance's secret: {e}");
+                Errno::EIO
+            })?;
+        let (pfs, inside): (Vec<&str>, Vec<&str>) = w
+            .pairs
+            .iter()
+            .map(|p| {
+                if direction == stage_dir::IN {
+                    (p.source.as_str(), p.destination.as_str())
+                } else {
+                    (p.destination.as_str(), p.source.as_str())
+                }
+            })
+            .unzip();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let t = StageTicket {
+            instance: w.instance,
+            stage: w.stage,
+            uid: w.uid,
+            direction,
+            expires: now.saturating_add(TICKET_LIFETIME.as_secs()),
+            pfs_paths: stage_ticket::cover(pfs),
+            instance_paths: stage_ticket::cover(inside),
+        };
+        // The paths were normalised at POST (absolute, no ..): a refusal here means a
+        // row the API would not have written. Fail the stage rather than widen it.
+        stage_ticket::try_mint(&secret, &t).ok_or_else(|| {
+            tracing::error!(
+                stage = w.stage,
+                "stage ticket: a path of the stage is not clean"
+            );
+            Errno::EINVAL
+        })
+    }
+
     fn start(&self, w: &StartWork) -> Result<(), Errno> {
         let ep = self
             .servers
             .admin_endpoint(&w.address)
             .map_err(|_| Errno::EIO)?;
+        let direction = match w.direction {
+            StageDirection::In => stage_dir::IN,
+            StageDirection::Out => stage_dir::OUT,
+        };
+        let ticket = self.ticket(w, direction)?;
         let req = StageStartReq {
             stage: w.stage,
             instance: w.instance,
-            direction: match w.direction {
-                StageDirection::In => stage_dir::IN,
-                StageDirection::Out => stage_dir::OUT,
-            },
+            direction,
             kind: match w.kind {
                 StageType::File => stage_kind::FILE,
                 StageType::Directory => stage_kind::DIRECTORY,
                 StageType::List => stage_kind::LIST,
             },
             pairs: wire_pairs(w),
-            uid: w.uid,
-            pfs_roots: self.settings.pfs_roots.clone(),
+            ticket,
             files_in_flight: self.settings.files_in_flight,
         };
         ep.call(&req).map(|_| ())
@@ -331,6 +396,7 @@ impl Stager {
         .with_credential_source(Box::new(move || admin().ok()));
         let mut last_ok = Instant::now();
         let mut cancel_sent = false;
+        let mut local_log = Throttle::new(Duration::from_secs(10));
         loop {
             let ws: Option<WatchState> = match lock(&self.db).watch_state(id) {
                 Ok(w) => w,
@@ -365,6 +431,25 @@ impl Stager {
             let r = match reply {
                 Ok(r) => r,
                 Err(e) if unreachable(e) => {
+                    // The wire client does not say why no connection could be made:
+                    // when the manager cannot open a socket now (out of descriptors or
+                    // memory), that is taken to be why. It says nothing about the
+                    // server, so, as for heartbeats, the run of silence starts over
+                    // and the manager's own shortage never fails a stage.
+                    if let Some(le) = local_exhaustion() {
+                        last_ok = Instant::now();
+                        if let Some(n) = local_log.allow(last_ok) {
+                            tracing::error!(
+                                stage = id,
+                                server = %l.node,
+                                "stage watcher: the manager itself cannot open a socket \
+                                 ({le}); not held against the server ({n} more since the \
+                                 last report)"
+                            );
+                        }
+                        std::thread::sleep(Duration::from_millis(500));
+                        continue;
+                    }
                     if last_ok.elapsed() > self.settings.node_timeout {
                         self.lost(
                             id,

@@ -24,6 +24,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Whatever the server creates is private unless it says otherwise.
+    spillway_types::files::private_umask();
     let args = Args::parse();
     let filter = match tracing_subscriber::EnvFilter::try_new(&args.log_level) {
         Ok(f) => f,

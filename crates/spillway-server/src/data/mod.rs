@@ -119,7 +119,8 @@ impl DataStore {
                 // The bucket directory is made on first use. create_dir, not
                 // create_dir_all: a destroyed fragment's directory must stay gone.
                 if let Some(bucket) = path.parent() {
-                    match std::fs::create_dir(bucket) {
+                    use std::os::unix::fs::DirBuilderExt;
+                    match std::fs::DirBuilder::new().mode(0o700).create(bucket) {
                         Ok(()) => {}
                         Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                         Err(e) => return Err(e),
@@ -412,8 +413,11 @@ impl DataStore {
 }
 
 /// Index every stripe file under `dir`. Names this server did not write are logged and
-/// left alone: deleting what we do not understand could destroy data.
+/// left alone: deleting what we do not understand could destroy data. Bucket
+/// directories and stripe files an older version left readable by others are made
+/// private (0700, 0600) on the way.
 fn scan(dir: &Path) -> StoreResult<StripeMap> {
+    use std::os::unix::fs::PermissionsExt;
     let mut map = StripeMap::default();
     for bucket in std::fs::read_dir(dir)? {
         let bucket = bucket?;
@@ -425,11 +429,15 @@ fn scan(dir: &Path) -> StoreResult<StripeMap> {
             tracing::warn!("ignoring unexpected {}", bucket.path().display());
             continue;
         };
+        spillway_types::files::make_private(&bucket.path())?;
         for file in std::fs::read_dir(bucket.path())? {
             let file = file?;
             let fname = file.file_name();
             let parsed = fname.to_str().and_then(|f| naming::parse(bname, f));
             let meta = file.metadata()?;
+            if meta.permissions().mode() & 0o077 != 0 {
+                spillway_types::files::make_private(&file.path())?;
+            }
             match parsed {
                 Some((ino, stripe)) if meta.is_file() => map.set(ino, stripe, meta.len()),
                 _ => tracing::warn!("ignoring unexpected {}", file.path().display()),

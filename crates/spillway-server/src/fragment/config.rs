@@ -84,11 +84,18 @@ impl FragmentConfig {
         Ok(c)
     }
 
-    /// Write and fsync (the caller renames the directory into place afterwards).
+    /// Write and fsync (the caller renames the directory into place afterwards). Mode
+    /// 0600 from its creation on: the file holds the instance secret.
     pub fn save(&self, path: &Path) -> StoreResult<()> {
+        use std::os::unix::fs::OpenOptionsExt;
         let text =
             serde_json::to_string_pretty(self).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let mut f = std::fs::File::create(path)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(spillway_types::files::PRIVATE_FILE_MODE)
+            .open(path)?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         Ok(())
@@ -122,6 +129,9 @@ mod tests {
         let p = dir.path().join("fragment.json");
         c.save(&p).unwrap();
         assert_eq!(FragmentConfig::load(&p).unwrap(), c);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "fragment.json holds the instance secret");
         std::fs::write(&p, "{").unwrap();
         assert!(FragmentConfig::load(&p).is_err());
         for bad in [

@@ -66,6 +66,26 @@ pub struct Fragment {
     purge_peers: Peers,
     closed: AtomicBool,
     waker: PurgeWaker,
+    /// This server's PFS roots (its tunables): the only PFS a stage may touch here.
+    pub pfs_roots: Vec<String>,
+}
+
+/// Directory 0700, every file of the fragment's own 0600 (the stripes' buckets and
+/// files are the data store's, `DataStore::open`).
+fn make_private(dir: &Path) -> std::io::Result<()> {
+    use spillway_types::files::make_private as private;
+    private(dir)?;
+    private(&dir.join(STRIPES_DIR))?;
+    for f in [
+        CONFIG_FILE,
+        META_FILE,
+        "meta.sqlite-wal",
+        "meta.sqlite-shm",
+        "meta.sqlite-journal",
+    ] {
+        private(&dir.join(f))?;
+    }
+    Ok(())
 }
 
 impl Fragment {
@@ -81,8 +101,15 @@ impl Fragment {
         let dir = fragments.join(req.instance.to_string());
         let tmp = fragments.join(format!(".{}.creating", req.instance));
         remove_tree(&tmp)?;
-        std::fs::create_dir(&tmp)?;
-        std::fs::create_dir(tmp.join(STRIPES_DIR))?;
+        // Private from the start: the configuration holds the instance secret, the
+        // database every name and owner of the instance, the stripes its data.
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            let mut b = std::fs::DirBuilder::new();
+            b.mode(spillway_types::files::PRIVATE_DIR_MODE);
+            b.create(&tmp)?;
+            b.create(tmp.join(STRIPES_DIR))?;
+        }
         config.save(&tmp.join(CONFIG_FILE))?;
         // Counter 1 of server 0 is the root directory.
         let (first_counter, root) = if req.index == 0 {
@@ -104,8 +131,10 @@ impl Fragment {
         Fragment::open(&dir, env)
     }
 
-    /// Open an existing fragment directory.
+    /// Open an existing fragment directory (made private first, if an older version
+    /// left any of it readable by others).
     pub fn open(dir: &Path, env: &FragmentEnv) -> StoreResult<Arc<Fragment>> {
+        make_private(dir)?;
         let config = FragmentConfig::load(&dir.join(CONFIG_FILE))?;
         let meta = MetaStore::open(&dir.join(META_FILE))?;
         let data = DataStore::open(
@@ -125,6 +154,7 @@ impl Fragment {
             opens: Mutex::new(OpenCounts::default()),
             closed: AtomicBool::new(false),
             waker: env.waker.clone(),
+            pfs_roots: env.tunables.pfs_roots.clone(),
         }))
     }
 

@@ -74,6 +74,9 @@ fn configure(conn: &Connection) -> StoreResult<()> {
 }
 
 pub fn create(path: &Path, first_counter: u64) -> StoreResult<Connection> {
+    // SQLite would create the file 0644 (and its WAL with the same mode): made 0600
+    // first, so the metadata is never readable by others.
+    spillway_types::files::precreate_private(path)?;
     let mut conn = Connection::open(path)?;
     configure(&conn)?;
     let tx = conn.transaction()?;
@@ -97,6 +100,9 @@ pub fn open(path: &Path) -> StoreResult<Connection> {
             path.display()
         )));
     }
+    // An older version's 0644 database becomes 0600 before SQLite opens its WAL
+    // (which takes the database's mode).
+    spillway_types::files::make_private(path)?;
     let conn = Connection::open(path)?;
     configure(&conn)?;
     let version: Option<i64> = conn

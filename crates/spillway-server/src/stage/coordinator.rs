@@ -8,13 +8,14 @@
 //! (`StageSyncReq`) for all the files copied since its last round, while the workers
 //! go on copying, and only then do those files count as complete (group commit).
 
-use super::identity::Identity;
 use super::ns::{self, may, MAY_EXEC, MAY_READ};
 use super::pfs::{fstat, unchanged_since, Pfs, PfsStat};
+use super::ticket::Grant;
 use super::{copy::my_pieces, Failure, Run};
 use crate::fragment::Fragment;
 use spillway_stubs::Instance;
 use spillway_types::descriptor::encode_hex;
+use spillway_types::identity::Identity;
 use spillway_types::tunables::MAX_STAGE_BATCH_FILES;
 use spillway_types::{
     Attr, Errno, FileKind, InodeNo, InstanceDescriptor, ServerIndex, Timespec, Tunables,
@@ -115,9 +116,10 @@ fn ts(t: (i64, u32)) -> Timespec {
     }
 }
 
-/// Run the stage to its end; the outcome is in `run`.
-pub fn run(run: &Arc<Run>, frag: &Arc<Fragment>, req: &StageStartReq, t: &Tunables) {
-    if let Err(f) = execute(run, frag, req, t) {
+/// Run the stage to its end, as the checked ticket (`grant`) allows; the outcome is in
+/// `run`.
+pub fn run(run: &Arc<Run>, frag: &Arc<Fragment>, req: &StageStartReq, grant: Grant, t: &Tunables) {
+    if let Err(f) = execute(run, frag, req, grant, t) {
         tracing::info!(stage = req.stage, "stage failed: {}", f.message);
         // A failure of the whole stage still names a path: the one the stage named.
         let dw = req
@@ -138,9 +140,15 @@ pub fn run(run: &Arc<Run>, frag: &Arc<Fragment>, req: &StageStartReq, t: &Tunabl
     run.finish();
 }
 
-fn execute(run: &Run, frag: &Fragment, req: &StageStartReq, t: &Tunables) -> Result<(), Failure> {
-    let id = Identity::of_uid(req.uid).map_err(|e| Failure::new(libc::EACCES, e))?;
-    let pfs = Pfs::new(&req.pfs_roots, id.clone())?;
+fn execute(
+    run: &Run,
+    frag: &Fragment,
+    req: &StageStartReq,
+    grant: Grant,
+    t: &Tunables,
+) -> Result<(), Failure> {
+    let id = grant.identity().clone();
+    let pfs = grant.pfs;
     let desc = InstanceDescriptor {
         instance: frag.config.instance,
         servers: frag.config.peers.clone(),
@@ -710,8 +718,7 @@ impl Ctx<'_> {
         let parents: BTreeSet<InodeNo> = specs.iter().map(|s| s.parent).collect();
         let req = StageFilesReq {
             direction: self.req.direction,
-            uid: self.id.uid,
-            pfs_roots: self.req.pfs_roots.clone(),
+            ticket: self.req.ticket.clone(),
             files: specs,
         };
         let reply = self
@@ -790,7 +797,7 @@ impl Ctx<'_> {
     fn sync_batch(&self, batch: Vec<(String, u64)>) {
         let req = StageSyncReq {
             direction: self.req.direction,
-            pfs_roots: self.req.pfs_roots.clone(),
+            ticket: self.req.ticket.clone(),
         };
         let calls: Vec<_> = (0..self.inst.count())
             .filter_map(|i| self.inst.server(spillway_types::ServerIndex(i)).ok())
@@ -938,8 +945,7 @@ impl Ctx<'_> {
             direction,
             pfs_path: pfs_path.to_string(),
             pfs_ino,
-            uid: self.id.uid,
-            pfs_roots: self.req.pfs_roots.clone(),
+            ticket: self.req.ticket.clone(),
         };
         let one_server = |s: spillway_types::ServerIndex| -> Result<u64, Failure> {
             let ep = self

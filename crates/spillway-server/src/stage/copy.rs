@@ -8,11 +8,11 @@
 //! comes after, for many files at once (`sync`): the coordinator counts no file
 //! complete before every server has synced what it wrote.
 
-use super::identity::Identity;
-use super::pfs::{fstat, Pfs};
+use super::pfs::fstat;
 use crate::error::{fs, StoreError, StoreResult};
 use crate::fragment::Fragment;
 use spillway_placement::Layout;
+use spillway_types::identity::Identity;
 use spillway_types::Errno;
 use spillway_wire::{stage_dir, StageStripesReply, StageStripesReq, StageSyncReq};
 use std::collections::HashMap;
@@ -82,6 +82,9 @@ pub(super) fn identity(uid: u32) -> Result<Identity, Errno> {
 }
 
 pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesReply> {
+    // The ticket first: a request without a valid one learns nothing else.
+    let grant = super::ticket::check(f, &r.ticket, None, r.direction, "StageStripes")
+        .map_err(|e| fs(Errno(e.errno)))?;
     if r.stripe_size == 0 || !r.stripe_size.is_multiple_of(4096) || r.from > r.to {
         return Err(fs(Errno::EINVAL));
     }
@@ -90,8 +93,7 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
     if pieces.is_empty() {
         return Ok(StageStripesReply { bytes: 0 });
     }
-    let pfs =
-        Pfs::new(&r.pfs_roots, identity(r.uid).map_err(fs)?).map_err(|e| fs(Errno(e.errno)))?;
+    let pfs = grant.pfs;
     let flags = if r.direction == stage_dir::IN {
         libc::O_RDONLY
     } else {
@@ -175,12 +177,14 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
 /// StageSync: everything written so far reaches the disk. `syncfs` rather than one
 /// fdatasync per file: a group of 64 small files costs one journal commit instead of
 /// 64 (it also flushes whatever else is dirty on that file system, which is only
-/// ever more durability than asked for).
+/// ever more durability than asked for). Stage-out syncs this server's own PFS roots.
 pub fn sync(f: &Fragment, r: &StageSyncReq) -> StoreResult<()> {
+    super::ticket::check(f, &r.ticket, None, r.direction, "StageSync")
+        .map_err(|e| fs(Errno(e.errno)))?;
     if r.direction == stage_dir::IN {
         return syncfs(f.dir()).map_err(StoreError::Io);
     }
-    for root in &r.pfs_roots {
+    for root in &f.pfs_roots {
         syncfs(Path::new(root)).map_err(|e| {
             tracing::warn!("stage: syncfs of PFS root {root}: {e}");
             StoreError::Io(e)

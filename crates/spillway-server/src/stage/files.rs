@@ -15,13 +15,13 @@
 //! must not change meanwhile; the owner must be allowed to write (replace) or read the
 //! instance file. Durability comes after, from `StageSyncReq`.
 
-use super::identity::Identity;
 use super::ns::{may, MAY_READ, MAY_WRITE};
 use super::pfs::{unchanged_since, Pfs, PfsStat};
 use super::Failure;
 use crate::error::{fs, StoreResult};
 use crate::fragment::Fragment;
 use spillway_placement::{dentry_server, Layout};
+use spillway_types::identity::Identity;
 use spillway_types::tunables::MAX_STAGE_BATCH_FILES;
 use spillway_types::{Attr, Errno, FileKind, StripeIndex};
 use spillway_wire::{
@@ -37,8 +37,10 @@ pub fn files(f: &Fragment, r: &StageFilesReq) -> StoreResult<StageFilesReply> {
     {
         return Err(fs(Errno::EINVAL));
     }
-    let id = super::copy::identity(r.uid).map_err(fs)?;
-    let pfs = Pfs::new(&r.pfs_roots, id.clone()).map_err(|e| fs(Errno(e.errno)))?;
+    let grant = super::ticket::check(f, &r.ticket, None, r.direction, "StageFiles")
+        .map_err(|e| fs(Errno(e.errno)))?;
+    let id = grant.identity().clone();
+    let pfs = grant.pfs;
     let outcomes = if r.direction == stage_dir::IN {
         batch_in(f, &pfs, &id, &r.files)
     } else {

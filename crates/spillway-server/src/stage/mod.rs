@@ -1,13 +1,17 @@
 //! The stage engine: copies between the PFS and this server's instances
 //! (docs/staging.md).
 //!
-//! * `identity`    — the owner's uid, gid and groups, worn by one thread at a time.
+//! The owner's uid, gid and groups are worn by one thread at a time
+//! (`spillway_types::identity`).
+//!
 //! * `pfs`         — PFS paths: only under the configured roots, only as the owner.
 //! * `ns`          — the instance's namespace as the owner may see it (permission checks).
 //! * `copy`        — one server's share of one file: its stripes to or from the PFS.
 //! * `files`       — whole small files one server stages alone, many per request.
 //! * `coordinator` — a whole stage: enumerate, create names, hand files to the servers
 //!   holding their stripes, group-commit metadata, report per file.
+//! * `ticket`      — the stage ticket the manager signed: the only source of a stage's
+//!   uid and PFS paths, checked on every stage request.
 //!
 //! The manager starts a stage on one server of the instance (the coordinator) and
 //! follows it with `StageProgress`; what this module keeps is in memory only, so a
@@ -16,9 +20,9 @@
 mod coordinator;
 pub mod copy;
 pub mod files;
-pub mod identity;
 mod ns;
 pub mod pfs;
+mod ticket;
 
 use crate::error::{fs, StoreResult};
 use crate::registry::Registry;
@@ -51,7 +55,7 @@ fn staged_size_and_times(ino: InodeNo, st: &pfs::PfsStat) -> SetAttrReq {
 /// The SetAttr that empties an existing file a stage-in replaces, giving it the
 /// source's mode too when the file is the stage owner's (or the owner is root), as
 /// `open(O_TRUNC)` and `chmod` would allow.
-fn replacing(a: &Attr, id: &identity::Identity, mode: u32) -> SetAttrReq {
+fn replacing(a: &Attr, id: &spillway_types::identity::Identity, mode: u32) -> SetAttrReq {
     let mut valid = setattr::SIZE;
     if a.uid == id.uid || id.uid == 0 {
         valid |= setattr::MODE;
@@ -286,7 +290,8 @@ impl Stages {
         self.runs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// StageStart: the instance must have a fragment here; a known stage id is a no-op.
+    /// StageStart: the instance must have a fragment here and the ticket must be this
+    /// stage's, covering every path the request names; a known stage id is a no-op.
     pub fn start(&self, registry: &Registry, req: StageStartReq) -> StoreResult<()> {
         let fragment = registry
             .get(req.instance)
@@ -294,6 +299,29 @@ impl Stages {
             .ok_or(fs(Errno::ENOENT))?;
         if req.pairs.is_empty() {
             return Err(fs(Errno::EINVAL));
+        }
+        let grant = ticket::check(
+            &fragment,
+            &req.ticket,
+            Some(req.stage),
+            req.direction,
+            "StageStart",
+        )
+        .map_err(|f| fs(Errno(f.errno)))?;
+        for p in &req.pairs {
+            let (pfs, inside) = if req.direction == spillway_wire::stage_dir::IN {
+                (&p.source, &p.destination)
+            } else {
+                (&p.destination, &p.source)
+            };
+            if !grant.ticket.covers_pfs(pfs) || !grant.ticket.covers_instance(inside) {
+                tracing::warn!(
+                    stage = req.stage,
+                    instance = req.instance,
+                    "StageStart refused: {pfs} or {inside} is not covered by the stage's ticket"
+                );
+                return Err(fs(Errno::EACCES));
+            }
         }
         let mut runs = self.runs();
         if runs.contains_key(&req.stage) {
@@ -304,7 +332,7 @@ impl Stages {
         let r = run.clone();
         std::thread::Builder::new()
             .name(format!("stage-{}", req.stage))
-            .spawn(move || coordinator::run(&r, &fragment, &req, &tunables))
+            .spawn(move || coordinator::run(&r, &fragment, &req, grant, &tunables))
             .map_err(|e| {
                 tracing::error!("cannot start a stage thread: {e}");
                 fs(Errno(libc::EAGAIN))

@@ -4,9 +4,9 @@
 //! and search on a directory a name is made in, write on a file truncated, read on a
 //! file copied out. Symlinks inside instance paths are not followed.
 
-use super::identity::Identity;
 use super::Failure;
 use spillway_stubs::Instance;
+use spillway_types::identity::Identity;
 use spillway_types::{Attr, Errno, FileKind, ROOT_INODE};
 
 pub const MAY_READ: u32 = 4;

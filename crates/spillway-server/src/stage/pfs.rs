@@ -1,14 +1,18 @@
 //! The PFS as a stage sees it: only what lies under the configured roots, reached only
 //! with the owner's identity.
 //!
-//! A PFS path must be absolute and lie (lexically) under one of the roots. It is then
+//! The roots are this server's own (`pfs_roots` in its tunables), never a request's;
+//! the identity and the *scope* (the PFS paths the stage named) come from the stage
+//! ticket the manager signed (ticket.rs). A PFS path must be absolute, free of `..`,
+//! lie (lexically, component by component) under one of the scope's paths and under
+//! one of the roots. It is then
 //! opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` relative to the root's
 //! directory, so `..` and symlinks are followed only while they stay beneath it; a path
 //! that leaves its root fails with EACCES (the kernel says EXDEV, which would only
 //! puzzle a user). Every call runs on the calling thread as the owner (identity.rs).
 
-use super::identity::{as_identity, Identity};
 use super::Failure;
+use spillway_types::identity::{as_identity, Identity};
 use spillway_types::Timespec;
 use std::ffi::{CString, OsStr};
 use std::fs::File;
@@ -16,9 +20,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-/// The roots a stage may touch and the identity it touches them with.
+/// The roots a stage may touch, the paths its ticket covers, and the identity it
+/// touches them with.
 pub struct Pfs {
     roots: Vec<PathBuf>,
+    scope: Vec<String>,
     id: Identity,
 }
 
@@ -81,8 +87,16 @@ fn describe(e: i32, path: &str, doing: &str) -> Failure {
 }
 
 impl Pfs {
-    /// The roots must be absolute; they are taken as given (a site's configuration).
-    pub fn new(roots: &[String], id: Identity) -> Result<Pfs, Failure> {
+    /// The roots must be absolute; they are taken as given (this server's
+    /// configuration). `scope`: the stage ticket's PFS paths. No root means this
+    /// server stages nothing.
+    pub fn new(roots: &[String], scope: &[String], id: Identity) -> Result<Pfs, Failure> {
+        if roots.is_empty() {
+            return Err(Failure::new(
+                libc::EACCES,
+                "this storage server has no pfs_roots in its configuration: it stages nothing",
+            ));
+        }
         let mut out = Vec::new();
         for r in roots {
             let p = PathBuf::from(r);
@@ -94,7 +108,16 @@ impl Pfs {
             }
             out.push(p);
         }
-        Ok(Pfs { roots: out, id })
+        Ok(Pfs {
+            roots: out,
+            scope: scope.to_vec(),
+            id,
+        })
+    }
+
+    /// The identity the stage runs as (the ticket's uid).
+    pub fn identity(&self) -> &Identity {
+        &self.id
     }
 
     /// The root a path lies under, and the path relative to it ("." for the root).
@@ -104,6 +127,22 @@ impl Pfs {
             return Err(Failure::new(
                 libc::EINVAL,
                 format!("{path}: a PFS path must be absolute"),
+            ));
+        }
+        if has_parent(p) {
+            return Err(Failure::new(
+                libc::EACCES,
+                format!("{path}: a PFS path of a stage may not climb with .."),
+            ));
+        }
+        if !self
+            .scope
+            .iter()
+            .any(|s| spillway_types::stage_ticket::lies_under(path, s))
+        {
+            return Err(Failure::new(
+                libc::EACCES,
+                format!("{path}: not a path this stage's ticket covers"),
             ));
         }
         let root = self
@@ -386,6 +425,10 @@ impl Pfs {
     }
 }
 
+fn has_parent(p: &Path) -> bool {
+    p.components().any(|c| matches!(c, Component::ParentDir))
+}
+
 fn has_dots(p: &Path) -> bool {
     p.components()
         .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
@@ -581,7 +624,43 @@ mod tests {
 
     fn root_pfs(roots: &[&Path]) -> Pfs {
         let roots: Vec<String> = roots.iter().map(|p| p.display().to_string()).collect();
-        Pfs::new(&roots, Identity::of_uid(0).unwrap()).unwrap()
+        Pfs::new(&roots, &roots, Identity::of_uid(0).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn paths_must_be_under_the_tickets_scope_and_a_root() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("pfs");
+        std::fs::create_dir_all(root.join("alice")).unwrap();
+        std::fs::create_dir_all(root.join("bob")).unwrap();
+        std::fs::write(root.join("alice/a"), b"a").unwrap();
+        std::fs::write(root.join("bob/b"), b"b").unwrap();
+        let roots = vec![root.display().to_string()];
+        let scope = vec![format!("{}/alice", root.display())];
+        let pfs = Pfs::new(&roots, &scope, Identity::of_uid(0).unwrap()).unwrap();
+        assert!(pfs
+            .open(&format!("{}/alice/a", root.display()), libc::O_RDONLY, 0)
+            .is_ok());
+        for bad in [
+            format!("{}/bob/b", root.display()),
+            format!("{}/alice/../bob/b", root.display()),
+            format!("{}/alicex", root.display()),
+            "/etc/shadow".to_string(),
+        ] {
+            let e = pfs.open(&bad, libc::O_RDONLY, 0).unwrap_err();
+            assert_eq!(e.errno, libc::EACCES, "{bad}: {}", e.message);
+        }
+        // A scope beyond the server's roots opens nothing outside them.
+        let wide = Pfs::new(&roots, &["/".to_string()], Identity::of_uid(0).unwrap()).unwrap();
+        let e = wide.open("/etc/shadow", libc::O_RDONLY, 0).unwrap_err();
+        assert_eq!(e.errno, libc::EACCES, "{}", e.message);
+        // No roots configured: no stage at all.
+        assert_eq!(
+            Pfs::new(&[], &scope, Identity::of_uid(0).unwrap())
+                .err()
+                .map(|f| f.errno),
+            Some(libc::EACCES)
+        );
     }
 
     #[test]
@@ -671,7 +750,8 @@ mod tests {
             gid: 65534,
             groups: vec![65534],
         };
-        let pfs = Pfs::new(&[d.path().display().to_string()], nobody).unwrap();
+        let roots = [d.path().display().to_string()];
+        let pfs = Pfs::new(&roots, &roots, nobody).unwrap();
         let e = pfs
             .open(&f.display().to_string(), libc::O_RDONLY, 0)
             .unwrap_err();

@@ -8,6 +8,7 @@ use spillway_placement::{dentry_server, Layout};
 use spillway_server::{start_in_process, RunningServer};
 use spillway_types::capability::{mint, Capability};
 use spillway_types::descriptor::decode_hex;
+use spillway_types::stage_ticket::{self, StageTicket};
 use spillway_types::{Attr, Errno, FileKind, InodeNo, StripeIndex, Tunables, ROOT_INODE};
 use spillway_wire::{
     role, Call, CreateReq, Endpoint, ExtendSizeReq, FragmentCreateReq, GetAttrReq, HelloReq,
@@ -158,9 +159,34 @@ impl Node {
     }
 }
 
-/// An instance spread over `n` servers, with one client connection per server.
+/// A stage ticket for the test instance, signed with its secret as the manager signs
+/// one: stage `stage`, as `uid`, `direction`, covering `pfs` and `inside`, for an hour.
+pub fn ticket(stage: u64, uid: u32, direction: u8, pfs: &[&str], inside: &[&str]) -> Vec<u8> {
+    ticket_for(
+        SECRET,
+        &StageTicket {
+            instance: INSTANCE,
+            stage,
+            uid,
+            direction,
+            expires: unix_now() + 3600,
+            pfs_paths: pfs.iter().map(|p| p.to_string()).collect(),
+            instance_paths: inside.iter().map(|p| p.to_string()).collect(),
+        },
+    )
+}
+
+/// `t` signed with `secret`.
+pub fn ticket_for(secret: &[u8], t: &StageTicket) -> Vec<u8> {
+    stage_ticket::try_mint(secret, t).expect("a ticket within the format's limits")
+}
+
+/// An instance spread over `n` servers, with one client connection per server, and a
+/// PFS directory (`pfs`) that is the servers' only PFS root.
 pub struct Cluster {
     _dir: tempfile::TempDir,
+    /// The servers' PFS root (their `pfs_roots` tunable), created before them.
+    pub pfs: tempfile::TempDir,
     pub nodes: Vec<Node>,
     pub clients: Vec<Endpoint>,
     pub stripe_size: u32,
@@ -171,8 +197,13 @@ impl Cluster {
         Cluster::start_tuned(n, capacity, stripe_size, tunables())
     }
 
-    pub fn start_tuned(n: usize, capacity: u64, stripe_size: u32, t: Tunables) -> Cluster {
+    pub fn start_tuned(n: usize, capacity: u64, stripe_size: u32, mut t: Tunables) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
+        let pfs = tempfile::tempdir().expect("tempdir");
+        if t.pfs_roots.is_empty() {
+            let root = pfs.path().canonicalize().expect("canonical PFS root");
+            t.pfs_roots = vec![root.display().to_string()];
+        }
         let nodes: Vec<Node> = (0..n)
             .map(|i| Node::start_tuned(dir.path().join(format!("s{i}")), t.clone()))
             .collect();
@@ -198,6 +229,7 @@ impl Cluster {
             .collect();
         Cluster {
             _dir: dir,
+            pfs,
             nodes,
             clients,
             stripe_size,
