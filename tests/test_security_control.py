@@ -10,7 +10,9 @@ MUNGE, a storage server, an agent mounting with the FUSE client, a PFS root):
   403 and changes nothing; an admin acting as a user gets exactly that user's answers;
 * an object a user may not see answers 404 with the text of a missing id, for every
   resource kind and verb; a 403 on a visible object names no uid;
-* a 1 MB bad token, path, id, query value or header comes back as a short 4xx.
+* a 1 MB bad token, path, id, query value or header comes back as a short 4xx;
+* (issue 14, item "starving the service") a user's sessions and unended stages are
+  bounded by max_sessions_per_user / max_stages_per_user (409 beyond), admins are not.
 
 Raw ioctls as in test_libdatawarp.py / test_private.py (`struct spillway_ioc`)."""
 
@@ -413,3 +415,97 @@ def test_huge_inputs_come_back_short(sec):
         r = None  # the server refused the head (connection closed): nothing echoed
     if r is not None:
         short(*r, "1 MB URL")
+
+
+# --------------------------------------------------------------------------- per-user limits
+
+SESSIONS_PER_USER = 3
+STAGES_PER_USER = 2
+
+
+def test_sessions_and_stages_per_user_are_bounded(sec):
+    """Issue 14's "no way to starve the service": the manager restarted with
+    max_sessions_per_user = 3 and max_stages_per_user = 2. spwtest creates 3 sessions,
+    the 4th is refused (409 naming the limit), and a burst of 8 parallel creates after
+    they are gone lets exactly 3 through (the count is in the insert's transaction);
+    spwtest2 (who holds 2 sessions Slurm-style, made by root) still creates one. Stages
+    not yet ended count (deferred ones here), a list stage once; root (the SlurmUser's
+    role) is not limited, even staging as spwtest. Runs last: it leaves the manager with
+    the small limits until the module's site goes down."""
+    import concurrent.futures
+
+    site, a, b = sec.site, sec.a, sec.b
+    with open(os.path.join(site.dir, "manager.conf"), "a") as f:
+        f.write(f"max_sessions_per_user = {SESSIONS_PER_USER}\n"
+                f"max_stages_per_user = {STAGES_PER_USER}\n")
+    site.kill("manager", "TERM")
+    site.start("manager")
+    site.wait(lambda: site.request("GET", "/dw/v1/nodes")[0] == 200
+              and all(n["online"] for n in site.api("GET", "/dw/v1/nodes")["nodes"]),
+              "the manager answering with its server online", timeout=30)
+
+    def mine(user):
+        return [s for s in site.api("GET", "/dw/v1/sessions", as_user=user.name)["sessions"]
+                if s["owner"] == user.uid]
+
+    def create(user, token):
+        return site.request("POST", "/dw/v1/sessions", {"token": token, "client_nodes": []},
+                            as_user=user.name)
+
+    def destroy_all(user):
+        for s in mine(user):
+            site.request("DELETE", f"/dw/v1/sessions/{s['id']}?hurry=true", as_user=user.name)
+        site.wait(lambda: not mine(user), f"{user.name}'s sessions gone", timeout=30)
+
+    destroy_all(a)  # an earlier test's session, if its teardown is still under way
+    try:
+        made = []
+        for n in range(SESSIONS_PER_USER):
+            status, out = create(a, f"lim{n}")
+            assert status == 201, out
+            made.append(out["id"])
+        status, out = create(a, "lim-over")
+        assert status == 409 and "max_sessions_per_user is 3" in out["error"], (status, out)
+        assert len(mine(a)) == SESSIONS_PER_USER
+        # Another user has their own count (spwtest2 holds 2 made for them by root,
+        # which count as theirs).
+        assert len(mine(b)) < SESSIONS_PER_USER, mine(b)
+        status, out = create(b, "blim")
+        assert status == 201, out
+        site.api("DELETE", f"/dw/v1/sessions/{out['id']}", as_user=b.name)
+
+        # Stages: 2 deferred stage-outs on spwtest's instance; the 3rd is refused.
+        inst = site.api("POST", "/dw/v1/instances", {"session": made[0], "capacity": GiB},
+                        as_user=a.name)
+        pfs_a = os.path.join(sec.pfs, a.name)
+
+        def stage_out(name, user, **extra):
+            body = {"instance": inst["id"], "direction": "out", "type": "file",
+                    "source": f"/{name}", "destination": os.path.join(pfs_a, name),
+                    "when": "job_end", **extra}
+            return site.request("POST", "/dw/v1/stages", body, as_user=user)
+
+        status, out = site.request("POST", "/dw/v1/stages", {
+            "instance": inst["id"], "direction": "out", "type": "list", "when": "job_end",
+            "pairs": [{"source": f"/l{k}", "destination": os.path.join(pfs_a, f"l{k}")}
+                      for k in range(50)]}, as_user=a.name)
+        assert status == 201, out  # 50 files, one stage
+        status, out = stage_out("s1", user=a.name)
+        assert status == 201, out
+        status, out = stage_out("s2", user=a.name)
+        assert status == 409 and "max_stages_per_user is 2" in out["error"], (status, out)
+        # Root is not limited, even staging as spwtest.
+        status, out = stage_out("s2", user=None, owner=a.uid)
+        assert status == 201 and out["owner"] == a.uid, out
+        assert stage_out("s3", user=a.name)[0] == 409
+
+        # Sessions being destroyed count until they are gone; then a burst of parallel
+        # creates gets exactly the limit through.
+        destroy_all(a)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda n: create(a, f"burst{n}"), range(8)))
+        statuses = sorted(s for s, _ in results)
+        assert statuses == [201] * SESSIONS_PER_USER + [409] * (8 - SESSIONS_PER_USER), results
+        assert len(mine(a)) == SESSIONS_PER_USER
+    finally:
+        destroy_all(a)

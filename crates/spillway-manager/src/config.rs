@@ -55,6 +55,12 @@ pub struct ManagerConfig {
     pub max_connections: Option<usize>,
     /// Connections open at once from one peer (a remote address, or a uid on this host).
     pub max_connections_per_peer: usize,
+    /// Sessions one non-admin user may own that are not yet deleted (live or being torn
+    /// down); creating one more is refused (409). Admins are not limited.
+    pub max_sessions_per_user: u32,
+    /// Stages one non-admin user may own that have not ended (queued, running,
+    /// deferred); posting one more is refused (409). Admins are not limited.
+    pub max_stages_per_user: u32,
 }
 
 pub const KEYS: &[&str] = &[
@@ -81,6 +87,8 @@ pub const KEYS: &[&str] = &[
     "idle_timeout",
     "max_connections",
     "max_connections_per_peer",
+    "max_sessions_per_user",
+    "max_stages_per_user",
 ];
 
 /// `pfs_roots`: colon- or comma-separated absolute paths, normalised (no empty, `.` or
@@ -168,6 +176,8 @@ impl ManagerConfig {
             idle_timeout: Duration::from_secs(30),
             max_connections: None,
             max_connections_per_peer: 64,
+            max_sessions_per_user: 256,
+            max_stages_per_user: 10_000,
         }
     }
 
@@ -272,6 +282,14 @@ impl ManagerConfig {
                 .map(|v| count("max_connections_per_peer", v, 1).map(|n| n as usize))
                 .transpose()?
                 .unwrap_or(64),
+            max_sessions_per_user: get("max_sessions_per_user")
+                .map(|v| count("max_sessions_per_user", v, 1))
+                .transpose()?
+                .unwrap_or(256),
+            max_stages_per_user: get("max_stages_per_user")
+                .map(|v| count("max_stages_per_user", v, 1))
+                .transpose()?
+                .unwrap_or(10_000),
         };
         if c.stage_concurrency_min > c.stage_concurrency_max {
             return Err(format!(
@@ -367,5 +385,34 @@ mod tests {
         )
         .unwrap();
         assert!(ManagerConfig::load(&p).is_err());
+    }
+
+    #[test]
+    fn per_user_limits() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.conf");
+        std::fs::write(&p, "listen = a\nstate_dir = /x\n").unwrap();
+        let c = ManagerConfig::load(&p).unwrap();
+        assert_eq!(
+            (c.max_sessions_per_user, c.max_stages_per_user),
+            (256, 10_000)
+        );
+        let w = ManagerConfig::with_defaults("a", Path::new("/x"));
+        assert_eq!(
+            (w.max_sessions_per_user, w.max_stages_per_user),
+            (256, 10_000)
+        );
+        std::fs::write(
+            &p,
+            "listen = a\nstate_dir = /x\nmax_sessions_per_user = 3\nmax_stages_per_user = 5\n",
+        )
+        .unwrap();
+        let c = ManagerConfig::load(&p).unwrap();
+        assert_eq!((c.max_sessions_per_user, c.max_stages_per_user), (3, 5));
+        for bad in ["max_sessions_per_user = 0", "max_stages_per_user = many"] {
+            std::fs::write(&p, format!("listen = a\nstate_dir = /x\n{bad}\n")).unwrap();
+            let e = ManagerConfig::load(&p).unwrap_err();
+            assert!(e.contains(bad.split(' ').next().unwrap()), "{e}");
+        }
     }
 }

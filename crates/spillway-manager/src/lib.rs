@@ -54,7 +54,11 @@ pub fn run(
     spillway_types::files::make_private(&cfg.tls_key)
         .map_err(|e| format!("cannot make {} private: {e}", cfg.tls_key.display()))?;
     let db_path = cfg.state_dir.join("manager.db");
-    let db = db::Db::open(&db_path).map_err(|e| format!("{}: {e}", db_path.display()))?;
+    let mut db = db::Db::open(&db_path).map_err(|e| format!("{}: {e}", db_path.display()))?;
+    db.set_user_limits(db::UserLimits {
+        sessions: cfg.max_sessions_per_user,
+        stages: cfg.max_stages_per_user,
+    });
     let db = Arc::new(Mutex::new(db));
     let listen: SocketAddr = cfg
         .listen

@@ -477,9 +477,17 @@ fn one_peer_cannot_hold_more_than_its_share_of_handshakes() {
     // test, run again as a child process with that uid.
     // SAFETY: getuid cannot fail.
     if unsafe { libc::getuid() } == 0 {
+        use std::os::unix::fs::PermissionsExt;
         use std::os::unix::process::CommandExt;
-        let exe = std::env::current_exe().unwrap();
-        let out = std::process::Command::new(exe)
+        // A copy nobody may run: the build tree may sit in a directory only root
+        // enters (a CI clone in a 0700 mktemp directory).
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = dir.path().join("handshake-test");
+        std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = std::process::Command::new(&exe)
+            .current_dir("/")
             .args([
                 "--exact",
                 "one_peer_cannot_hold_more_than_its_share_of_handshakes",

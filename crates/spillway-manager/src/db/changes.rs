@@ -76,6 +76,30 @@ fn owns_object(tx: &Transaction, v: Viewer, session: u64, what: &str, id: u64) -
     }
 }
 
+/// Refuse (Conflict) a new session of `uid` when they already own `limit` sessions that
+/// are not yet deleted. A session being torn down counts until its row is gone: it still
+/// holds instances, fragments and the reconcile loop's work (a pending stage-out can keep
+/// it for long), so a create/destroy loop must not grow the table past the limit.
+fn user_session_limit(tx: &Transaction, uid: u32, limit: u32) -> DbResult<()> {
+    let (held, leaving): (i64, i64) = tx.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(goal != 'create'), 0) FROM sessions WHERE owner = ?1",
+        [uid as i64],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    if held < i64::from(limit) {
+        return Ok(());
+    }
+    let leaving = if leaving > 0 {
+        format!(" ({leaving} of them being destroyed: they count until they are gone)")
+    } else {
+        String::new()
+    };
+    Err(DbError::Conflict(format!(
+        "uid {uid} already has {held} sessions{leaving}; max_sessions_per_user is {limit}: \
+         destroy one first"
+    )))
+}
+
 fn bump_failures_reset(
     tx: &Transaction,
     table: &str,
@@ -281,7 +305,13 @@ impl Db {
                 "expiration must be epoch seconds or 0".into(),
             ));
         }
-        let tx = self.conn_mut().transaction()?;
+        let limit = self.user_limits().sessions;
+        // Immediate: the count below and the insert are one write transaction, so two
+        // concurrent creates of one user (or another manager process on the same
+        // database) cannot both pass the limit.
+        let tx = self
+            .conn_mut()
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let holder: Option<i64> = tx
             .query_row(
                 "SELECT owner FROM sessions WHERE token = ?1 AND goal = 'create'",
@@ -300,6 +330,9 @@ impl Db {
                 "token {} is in use{whose}: names of persistent instances are global",
                 quoted(&s.token)
             )));
+        }
+        if let Viewer::User(uid) = v {
+            user_session_limit(&tx, uid, limit)?;
         }
         tx.execute(
             "INSERT INTO sessions(token, owner, creator, client_nodes, created, expiration, goal, actualized)

@@ -54,6 +54,29 @@ pub enum Viewer {
 
 pub struct Db {
     conn: Connection,
+    limits: UserLimits,
+}
+
+/// How many objects one unprivileged user may hold (`max_sessions_per_user`,
+/// `max_stages_per_user` in manager.conf): without a bound one user could fill the
+/// database and the reconcile loop's and stage dispatcher's work with rows every other
+/// user waits behind. Admins (Slurm making job sessions for users) are not limited;
+/// Slurm's own limits bound them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserLimits {
+    /// Sessions the user owns that are not yet deleted (goal create, or being torn down).
+    pub sessions: u32,
+    /// Stages the user owns that have not ended (queued, running, deferred).
+    pub stages: u32,
+}
+
+impl Default for UserLimits {
+    fn default() -> UserLimits {
+        UserLimits {
+            sessions: 256,
+            stages: 10_000,
+        }
+    }
 }
 
 /// Consecutive failures after which an object is no longer retried (the fuse blows).
@@ -118,7 +141,19 @@ impl Db {
                 )))
             }
         }
-        Ok(Db { conn })
+        Ok(Db {
+            conn,
+            limits: UserLimits::default(),
+        })
+    }
+
+    /// The per-user limits creates are checked against (defaults until set).
+    pub fn set_user_limits(&mut self, limits: UserLimits) {
+        self.limits = limits;
+    }
+
+    pub(crate) fn user_limits(&self) -> UserLimits {
+        self.limits
     }
 
     pub(crate) fn conn(&self) -> &Connection {

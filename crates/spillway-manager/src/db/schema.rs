@@ -148,6 +148,8 @@ CREATE TABLE IF NOT EXISTS stages (
 );
 CREATE INDEX IF NOT EXISTS stages_instance ON stages(instance, state);
 CREATE INDEX IF NOT EXISTS stages_state ON stages(state);
+-- max_stages_per_user counts a user's unended stages at every post.
+CREATE INDEX IF NOT EXISTS stages_owner ON stages(owner, state);
 -- One record per file a stage enumerated: (instance, path) -> state; a newer stage of a
 -- path replaces the older record.
 CREATE TABLE IF NOT EXISTS stage_files (

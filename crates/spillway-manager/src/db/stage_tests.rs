@@ -787,3 +787,60 @@ fn the_fingerprint_changes_with_any_table_empty() {
     db.advance().unwrap();
     assert_ne!(db.fingerprint().unwrap(), before);
 }
+
+#[test]
+fn stages_per_user_are_limited() {
+    let user = Viewer::User(1001);
+    let (mut db, _, i) = built(1001);
+    db.set_user_limits(UserLimits {
+        sessions: 10,
+        stages: 2,
+    });
+    // A list stage counts once, however many pairs it has.
+    let list = NewStage {
+        pairs: ["/a", "/b", "/c"]
+            .iter()
+            .map(|p| StagePair {
+                source: format!("/pfs{p}"),
+                destination: p.to_string(),
+            })
+            .collect(),
+        ..new_stage(i, StageDirection::In, StageType::List, "", "")
+    };
+    let l = db.create_stage(user, 1001, &list, &roots()).unwrap();
+    // A deferred stage-out has not ended: it counts.
+    db.create_stage(user, 1001, &deferred_out(i, "/o", "/pfs/o"), &roots())
+        .unwrap();
+    let e = db
+        .create_stage(user, 1001, &file_in(i, "/pfs/x", "/x"), &roots())
+        .unwrap_err();
+    assert!(matches!(e, DbError::Conflict(_)), "{e}");
+    assert!(e.to_string().contains("max_stages_per_user is 2"), "{e}");
+    // Admins are not limited, even staging as the user.
+    let admin = db
+        .create_stage(
+            Viewer::Admin,
+            0,
+            &NewStage {
+                owner: Some(1001),
+                ..file_in(i, "/pfs/x", "/x")
+            },
+            &roots(),
+        )
+        .unwrap();
+    assert_eq!(admin.owner, 1001);
+    // Running stages count; ended ones do not.
+    let started = start_all(&mut db);
+    assert!(started.contains(&l.id) && started.contains(&admin.id));
+    assert!(db
+        .create_stage(user, 1001, &file_in(i, "/pfs/y", "/y"), &roots())
+        .is_err());
+    db.record_stage_end(l.id, &StageEnd::Complete).unwrap();
+    db.record_stage_end(admin.id, &StageEnd::Failed("x".into()))
+        .unwrap();
+    db.create_stage(user, 1001, &file_in(i, "/pfs/y", "/y"), &roots())
+        .unwrap();
+    assert!(db
+        .create_stage(user, 1001, &file_in(i, "/pfs/z", "/z"), &roots())
+        .is_err());
+}

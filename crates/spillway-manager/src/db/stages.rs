@@ -325,45 +325,17 @@ fn counts_in(
     path: &str,
     scope: StageScope,
 ) -> DbResult<(StageCounts, Option<u64>)> {
+    if scope == StageScope::File {
+        return file_counts(conn, instance, path, &Unenumerated::of(conn, instance)?);
+    }
     let mut c = StageCounts::default();
     let unenumerated: Vec<ActiveStage> = active_stages(conn, instance)?
         .into_iter()
         .filter(|s| !s.enumerated)
-        .filter(|s| {
-            s.paths.iter().any(|q| match scope {
-                StageScope::File => under(path, q),
-                StageScope::Tree => under(path, q) || under(q, path),
-            })
-        })
+        .filter(|s| s.paths.iter().any(|q| under(path, q) || under(q, path)))
         .collect();
     match scope {
-        StageScope::File => {
-            let rec: Option<(i64, String)> = conn
-                .query_row(
-                    "SELECT stage, state FROM stage_files WHERE instance = ?1 AND path = ?2",
-                    params![instance as i64, path],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()?;
-            let newest = unenumerated.iter().max_by_key(|s| s.id);
-            match (newest, rec) {
-                (Some(s), Some((rs, _))) if s.id > u(rs) => {
-                    add_unenumerated(&mut c, s.state);
-                    return Ok((c_started(c), Some(s.id)));
-                }
-                (Some(s), None) => {
-                    add_unenumerated(&mut c, s.state);
-                    return Ok((c_started(c), Some(s.id)));
-                }
-                (_, Some((rs, state))) => {
-                    add_record(&mut c, &state, 1);
-                    let blocking = (state == "pending" || state == "deferred").then_some(u(rs));
-                    c.started = true;
-                    return Ok((c, blocking));
-                }
-                (None, None) => {}
-            }
-        }
+        StageScope::File => {}
         StageScope::Tree => {
             for s in &unenumerated {
                 add_unenumerated(&mut c, s.state);
@@ -386,6 +358,90 @@ fn counts_in(
         }
     }
     Ok((c, None))
+}
+
+/// The active stages of an instance not yet enumerated, by the instance paths they
+/// name (the newest stage of each path): which stage covers a file is a lookup of the
+/// file and its ancestors, not a scan of every stage. A new list stage checks each of
+/// its (up to `MAX_PAIRS`) paths against it: with a scan, two large list stages made
+/// that pairs × pairs JSON parses under the database lock, stalling every request.
+struct Unenumerated {
+    newest: std::collections::HashMap<String, (u64, StageState)>,
+}
+
+impl Unenumerated {
+    fn of(conn: &Connection, instance: u64) -> DbResult<Unenumerated> {
+        let mut newest = std::collections::HashMap::new();
+        for s in active_stages(conn, instance)?
+            .into_iter()
+            .filter(|s| !s.enumerated)
+        {
+            for p in s.paths {
+                let e = newest.entry(p).or_insert((s.id, s.state));
+                if s.id > e.0 {
+                    *e = (s.id, s.state);
+                }
+            }
+        }
+        Ok(Unenumerated { newest })
+    }
+
+    /// The newest stage naming `path` or a directory above it.
+    fn covering(&self, path: &str) -> Option<(u64, StageState)> {
+        let mut best: Option<(u64, StageState)> = None;
+        let mut at = path;
+        loop {
+            if let Some(&(id, state)) = self.newest.get(at) {
+                if best.is_none_or(|(b, _)| id > b) {
+                    best = Some((id, state));
+                }
+            }
+            if at == "/" || at.is_empty() {
+                return best;
+            }
+            at = match at.rfind('/') {
+                Some(0) => "/",
+                Some(i) => &at[..i],
+                None => return best,
+            };
+        }
+    }
+}
+
+/// The counts of the file `path` (normalised) in `instance`: at most one count is
+/// non-zero, the newest of its record and the unenumerated stages covering it decides.
+/// Also the id of the stage behind a pending or deferred count.
+fn file_counts(
+    conn: &Connection,
+    instance: u64,
+    path: &str,
+    unenumerated: &Unenumerated,
+) -> DbResult<(StageCounts, Option<u64>)> {
+    let mut c = StageCounts::default();
+    let rec: Option<(i64, String)> = conn
+        .query_row(
+            "SELECT stage, state FROM stage_files WHERE instance = ?1 AND path = ?2",
+            params![instance as i64, path],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    match (unenumerated.covering(path), rec) {
+        (Some((id, state)), Some((rs, _))) if id > u(rs) => {
+            add_unenumerated(&mut c, state);
+            Ok((c_started(c), Some(id)))
+        }
+        (Some((id, state)), None) => {
+            add_unenumerated(&mut c, state);
+            Ok((c_started(c), Some(id)))
+        }
+        (_, Some((rs, state))) => {
+            add_record(&mut c, &state, 1);
+            let blocking = (state == "pending" || state == "deferred").then_some(u(rs));
+            c.started = true;
+            Ok((c, blocking))
+        }
+        (None, None) => Ok((c, None)),
+    }
 }
 
 fn c_started(mut c: StageCounts) -> StageCounts {
@@ -539,6 +595,7 @@ impl Db {
                 )));
             }
         }
+        let stage_limit = self.user_limits().stages;
         let tx = self
             .conn_mut()
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -550,8 +607,9 @@ impl Db {
             )));
         }
         if req.kind != StageType::Directory {
+            let unenumerated = Unenumerated::of(&tx, req.instance)?;
             for p in &ipaths {
-                let (c, blocking) = counts_in(&tx, req.instance, p, StageScope::File)?;
+                let (c, blocking) = file_counts(&tx, req.instance, p, &unenumerated)?;
                 if c.pending > 0 || c.deferred > 0 {
                     return Err(DbError::Conflict(format!(
                         "{} already has a pending or deferred stage{}: wait for it or terminate it",
@@ -561,6 +619,22 @@ impl Db {
                             .unwrap_or_default()
                     )));
                 }
+            }
+        }
+        if let Viewer::User(uid) = v {
+            // Inside the immediate transaction of the insert: two concurrent posts of
+            // one user cannot both pass.
+            let held: i64 = tx.query_row(
+                &format!("SELECT COUNT(*) FROM stages WHERE owner = ?1 AND state IN {ACTIVE}"),
+                [uid as i64],
+                |r| r.get(0),
+            )?;
+            if held >= i64::from(stage_limit) {
+                return Err(DbError::Conflict(format!(
+                    "uid {uid} already has {held} stages not yet ended (queued, running or \
+                     deferred); max_stages_per_user is {stage_limit}: wait for some to end or \
+                     terminate them"
+                )));
             }
         }
         let state = if when == StageWhen::JobEnd {
@@ -1359,4 +1433,29 @@ fn no_longer_live(tx: &rusqlite::Transaction<'_>, id: u64, t: i64) -> DbResult<(
         params![id as i64, t],
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod covering_tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_stage_of_a_path_or_an_ancestor_covers_it() {
+        let mut newest = std::collections::HashMap::new();
+        newest.insert("/a".to_string(), (3, StageState::Queued));
+        newest.insert("/a/b/f".to_string(), (2, StageState::Deferred));
+        newest.insert("/ab".to_string(), (9, StageState::Queued));
+        let u = Unenumerated { newest };
+        assert_eq!(u.covering("/a/b/f").map(|c| c.0), Some(3));
+        assert_eq!(u.covering("/a").map(|c| c.0), Some(3));
+        assert_eq!(u.covering("/a/bc").map(|c| c.0), Some(3));
+        // `/ab` is no ancestor of `/a/...`, nor `/a` of `/ab`.
+        assert_eq!(u.covering("/ab/x").map(|c| c.0), Some(9));
+        assert_eq!(u.covering("/b"), None);
+        let mut newest = std::collections::HashMap::new();
+        newest.insert("/".to_string(), (1, StageState::Queued));
+        let root = Unenumerated { newest };
+        assert_eq!(root.covering("/x/y").map(|c| c.0), Some(1));
+        assert_eq!(root.covering("/").map(|c| c.0), Some(1));
+    }
 }

@@ -357,3 +357,54 @@ fn private_configurations_are_for_job_instances_and_say_so_to_the_agent() {
     assert_eq!(private_of(format!("-c{}", striped.id)), Some(false));
     assert_eq!(private_of(format!("-c{}", private.id)), Some(true));
 }
+
+#[test]
+fn sessions_per_user_are_limited() {
+    let mut db = Db::open_in_memory().unwrap();
+    db.set_user_limits(UserLimits {
+        sessions: 2,
+        stages: 10,
+    });
+    let new = |t: &str| NewSession {
+        token: t.into(),
+        owner: None,
+        creator: None,
+        client_nodes: vec![],
+        expiration: None,
+    };
+    let a = db
+        .create_session(Viewer::User(1001), 1001, &new("a"))
+        .unwrap()
+        .id;
+    db.create_session(Viewer::User(1001), 1001, &new("b"))
+        .unwrap();
+    // At the limit: refused (409), the message names the limit; nothing recorded.
+    let e = db
+        .create_session(Viewer::User(1001), 1001, &new("c"))
+        .unwrap_err();
+    assert!(matches!(e, DbError::Conflict(_)), "{e}");
+    assert!(e.to_string().contains("max_sessions_per_user is 2"), "{e}");
+    assert_eq!(db.sessions(Viewer::User(1001), None).unwrap().len(), 2);
+    // Another user has their own count.
+    db.create_session(Viewer::User(1002), 1002, &new("d"))
+        .unwrap();
+    // Admins (Slurm making job sessions) are not limited; what they make for the user
+    // is the user's and counts against the user's own creates.
+    let e_id = session(&mut db, "e", 1001);
+    assert_eq!(db.sessions(Viewer::User(1001), None).unwrap().len(), 3);
+    // A session being destroyed counts until its row is gone.
+    db.destroy_session(Viewer::User(1001), a).unwrap();
+    let e = db
+        .create_session(Viewer::User(1001), 1001, &new("c"))
+        .unwrap_err();
+    assert!(e.to_string().contains("being destroyed"), "{e}");
+    db.advance().unwrap();
+    db.destroy_session(Viewer::Admin, e_id).unwrap();
+    db.advance().unwrap();
+    // Destroyed (gone): one left, so one more fits, and then no more.
+    db.create_session(Viewer::User(1001), 1001, &new("c"))
+        .unwrap();
+    assert!(db
+        .create_session(Viewer::User(1001), 1001, &new("f"))
+        .is_err());
+}
