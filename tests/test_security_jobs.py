@@ -13,7 +13,7 @@ and, for dw_wlm_cli's owner check, a real slurmctld (tests/slurm.py).
   survive; a `create_persistent` of the same name for spwtest is refused; spwtest2's own
   destroy still works.
 * `dw_wlm_cli --job /dev/zero`, a FIFO, node lists from devices, 10 MB values: refused at
-  once with a short message, in bounded memory (the child's max RSS from wait4).
+  once with a short message, in bounded memory (under a 256 MiB address-space cap).
 """
 
 import ctypes
@@ -327,21 +327,28 @@ def test_an_owner_destroys_through_spillway_run(site, spillway_bin, pfs, user2):
 
 # ------------------------------------------------------------------ item 6: bounds
 
+# The memory bound: an address-space cap under which a bounded reader works and an
+# unbounded one (of /dev/zero, a 10 MB value) dies. Not ru_maxrss: the kernel carries
+# the forking process's high-water mark across exec, so a child of a large pytest
+# process shows pytest's RSS.
+AS_CAP = 256 << 20
+
+
 def run_bounded(argv, env, limit_s=20):
-    """Run argv with a 1 GiB address-space cap (so that an unbounded read cannot take the
-    machine), killed after limit_s; (exit status, output, max RSS in KiB, seconds)."""
+    """Run argv with an AS_CAP address-space cap, killed after limit_s; (exit status,
+    output, seconds)."""
     def cap():
-        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (AS_CAP, AS_CAP))
     t0 = time.monotonic()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                          preexec_fn=cap)
     timer = threading.Timer(limit_s, p.kill)
     timer.start()
     out = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
+    _, status, _ = os.wait4(p.pid, 0)
     timer.cancel()
     p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, out, ru.ru_maxrss, time.monotonic() - t0
+    return p.returncode, out, time.monotonic() - t0
 
 
 def test_dw_wlm_cli_inputs_are_bounded(site, spillway_bin, pfs, user):
@@ -371,11 +378,10 @@ def test_dw_wlm_cli_inputs_are_bounded(site, spillway_bin, pfs, user):
         (["--function", long_arg], "invalid function"),
     ]
     for args, want in cases:
-        code, out, rss_kib, secs = run_bounded([exe, *args], env)
+        code, out, secs = run_bounded([exe, *args], env)
         text = out.decode(errors="replace")
         assert code == 1, (args[:2], code, text[:500])
         assert want in text, (args[:2], text[:500])
         assert len(out) < 2000, (args[:2], len(out), text[:300])
-        assert rss_kib < 64 << 10, (args[:2], f"max RSS {rss_kib} KiB")
         assert secs < 10, (args[:2], secs)
     assert site.api("GET", "/dw/v1/sessions")["sessions"] == []
