@@ -18,6 +18,25 @@ import urllib.error
 import urllib.request
 
 
+def site_dirs(parent, prefix, users):
+    """A fresh 0755 directory below `parent` holding `pfs/` (a PFS root, 0755, with a
+    0755 directory of each user's own, `pfs/<name>`) and `site/` (for a LocalSite):
+    (base, pfs, site)."""
+    import tempfile
+    base = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    os.chmod(base, 0o755)
+    pfs, site = os.path.join(base, "pfs"), os.path.join(base, "site")
+    for d in (pfs, site):
+        os.mkdir(d)
+        os.chmod(d, 0o755)
+    for u in users:
+        d = os.path.join(pfs, u.name)
+        os.mkdir(d)
+        os.chown(d, u.uid, u.gid)
+        os.chmod(d, 0o755)
+    return base, pfs, site
+
+
 class ApiError(Exception):
     def __init__(self, status, body):
         super().__init__(f"HTTP {status}: {body}")

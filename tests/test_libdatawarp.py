@@ -28,7 +28,7 @@ import types
 import pytest
 
 import spwhelpers as H
-from sitehelpers import LocalSite
+from sitehelpers import LocalSite, site_dirs
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -79,19 +79,7 @@ def dw(spillway_bin, munged, _local_base, programs, users):
     if "pfs_roots" not in inspect.signature(LocalSite.__init__).parameters:
         pytest.skip("LocalSite has no pfs_roots yet (the manager's stage API is not merged)")
     user, user2 = users
-    base = tempfile.mkdtemp(prefix="dwlib-", dir=_local_base)
-    os.chmod(base, 0o755)
-    pfs = os.path.join(base, "pfs")
-    os.mkdir(pfs)
-    os.chmod(pfs, 0o755)
-    for u in (user, user2):
-        d = os.path.join(pfs, u.name)
-        os.mkdir(d)
-        os.chown(d, u.uid, u.gid)
-        os.chmod(d, 0o755)
-    sdir = os.path.join(base, "site")
-    os.mkdir(sdir)
-    os.chmod(sdir, 0o755)
+    base, pfs, sdir = site_dirs(_local_base, "dwlib-", (user, user2))
     site = LocalSite(spillway_bin, sdir, munged, servers=2, pfs_roots=[pfs])
     try:
         site.up()

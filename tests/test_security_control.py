@@ -24,13 +24,12 @@ import re
 import shutil
 import sqlite3
 import struct
-import tempfile
 import types
 
 import pytest
 
 import spwhelpers as H
-from sitehelpers import LocalSite
+from sitehelpers import LocalSite, site_dirs
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -48,19 +47,7 @@ def sec(spillway_bin, munged, _local_base, users):
     permissions 0777 (so spwtest can reach the mount), and spwtest2's private (job)
     session with an instance, a configuration, an activation and a stage (not mounted)."""
     a, b = users
-    base = tempfile.mkdtemp(prefix="secctl-", dir=_local_base)
-    os.chmod(base, 0o755)
-    pfs = os.path.join(base, "pfs")
-    os.mkdir(pfs)
-    os.chmod(pfs, 0o755)
-    for u in (a, b):
-        d = os.path.join(pfs, u.name)
-        os.mkdir(d)
-        os.chown(d, u.uid, u.gid)
-        os.chmod(d, 0o755)
-    sdir = os.path.join(base, "site")
-    os.mkdir(sdir)
-    os.chmod(sdir, 0o755)
+    base, pfs, sdir = site_dirs(_local_base, "secctl-", (a, b))
     site = LocalSite(spillway_bin, sdir, munged, servers=1, pfs_roots=[pfs])
     try:
         site.up()
