@@ -45,8 +45,16 @@ struct spillway_ioc {
 typedef char spw_ioc_size_check[(sizeof(struct spillway_ioc) == 16380) ? 1 : -1];
 
 #define SPW_FSTYPE "fuse.spillway"
-/* A wait asks the client to wait up to this long before asking again. */
-#define SPW_WAIT_MS "10000"
+/* A wait never parks in the client (a FUSE request the kernel lets no signal
+ * through until it is answered: fuser does not take interrupts): each ioctl asks
+ * whether anything is still pending and is answered at once ("0" ms), and between
+ * them the caller sleeps in nanosleep, where a caught signal's handler runs at once
+ * and a fatal one ends the process at once. The pause grows from SPW_POLL_FIRST_MS to
+ * SPW_POLL_MAX_MS: a stage's end is seen within SPW_POLL_MAX_MS, one manager request
+ * each time at most. */
+#define SPW_WAIT_MS "0"
+#define SPW_POLL_FIRST_MS 10
+#define SPW_POLL_MAX_MS 250
 #define SPW_XATTR_SIZE "user.spillway.stripe_size"
 #define SPW_XATTR_WIDTH "user.spillway.stripe_width"
 #define SPW_XATTR_LAYOUT "user.spillway.layout"
@@ -867,14 +875,8 @@ int dw_query_list_stage(const char **dw_list_path, int *complete, int *pending, 
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Sleep `ms`, whatever signals arrive. */
+/* Sleep `ms` in all. A caught signal's handler runs when the signal comes (nanosleep
+ * returns EINTR after it); the sleep then goes on for what is left. */
 static void pause_ms(long ms)
 {
     struct timespec ts, rem;
@@ -884,11 +886,13 @@ static void pause_ms(long ms)
         ts = rem;
 }
 
-/* Wait until nothing is pending at `path`. Signals do not interrupt it. */
+/* Wait until nothing is pending at `path`. Signals do not interrupt it (DataWarp's
+ * rule): their handlers run while it sleeps between polls (SPW_WAIT_MS), and it goes on. */
 static int wait_path(const char *path, const char *scope, enum resolve_mode mode)
 {
     struct dw_target t;
     const char *f[4];
+    long pause = SPW_POLL_FIRST_MS;
     int r = resolve(path, mode, &t);
 
     if (r < 0)
@@ -898,15 +902,12 @@ static int wait_path(const char *path, const char *scope, enum resolve_mode mode
     f[2] = t.ipath;
     f[3] = SPW_WAIT_MS;
     for (;;) {
-        double t0 = now_s();
         r = simple_call(t.mount, f, 4, NULL);
-        if (r == -EAGAIN || r == -EINTR) {
-            /* The time ran out (or the client is busy): ask again, not in a spin. */
-            if (now_s() - t0 < 0.1)
-                pause_ms(100);
-            continue;
-        }
-        break;
+        if (r != -EAGAIN && r != -EINTR)
+            break;
+        /* Still pending (or the client is busy): sleep where signals reach us. */
+        pause_ms(pause);
+        pause = pause * 2 > SPW_POLL_MAX_MS ? SPW_POLL_MAX_MS : pause * 2;
     }
     if (r == -EINVAL && !target_exists(&t))
         r = -ENOENT;

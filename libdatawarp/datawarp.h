@@ -11,6 +11,9 @@
 #ifndef _DATAWARP_H
 #define _DATAWARP_H
 
+/* As Cray's header: <sys/types.h> (off_t, size_t, ssize_t, uid_t ...) and <stdint.h>
+ * (uint64_t), so that a program including only <datawarp.h> has them. */
+#include <sys/types.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -48,6 +51,9 @@ int dw_query_directory_stage(const char *dw_directory_path, int *complete, int *
 int dw_query_list_stage(const char **dw_list_path, int *complete, int *pending,
                         int *deferred, int *failed);
 
+/* Block until no stage is pending at the path. Signals do not interrupt the wait (as
+ * in DataWarp): a caught signal's handler runs when the signal arrives, then the wait
+ * goes on (it is restarted, never -EINTR); a fatal signal ends the process at once. */
 int dw_wait_file_stage(const char *dw_file_path);
 int dw_wait_directory_stage(const char *dw_directory_path);
 int dw_wait_list_stage(const char **dw_list);

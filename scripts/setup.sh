@@ -21,6 +21,7 @@ PACKAGES=(
     libsqlite3-dev sqlite3
     fuse3 libfuse3-dev kmod
     fio fsmark jq
+    acl rsync   # setfacl/getfacl, rsync -aA: tests/test_acl.py
     xfsprogs e2fsprogs util-linux
     iproute2 procps psmisc
     python3 python3-pytest python3-hypothesis python3-pytest-timeout

@@ -212,6 +212,18 @@ def cluster(request, clusters):
 _counter = [0]
 
 
+@pytest.fixture(scope="module")
+def mounts(cluster):
+    """(the cluster's mount, a second mount of the same instance): two clients."""
+    mp2 = os.path.join(cluster.dir, "mnt2")
+    cluster.mount(mp2)
+    yield cluster.mnt, mp2
+    try:
+        cluster.umount(mp2)
+    except Exception as e:  # the cluster teardown cleans up and reports leftovers
+        print(f"umount {mp2}: {e}")
+
+
 def make_test_dir(parent, request):
     _counter[0] += 1
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:80] + f"-{_counter[0]}"

@@ -437,6 +437,11 @@ class Cluster:
             shutil.copytree(os.path.join(self.dir, "logs"), keep_logs_to, dirs_exist_ok=True)
         try:
             r = self.down(check=False)
+            if r.returncode != 0 and "is busy" in r.stderr:
+                # A process (often this one: a file a test left open) holds the mount:
+                # `cluster down` names it and stops nothing; take it down anyway.
+                print(f"\n[spillway] {self.dir}: {r.stderr.strip()}\n[spillway] retrying with --force")
+                r = self.down(check=False, extra=["--force"])
             if r.returncode != 0:
                 problems.append(f"cluster down exited {r.returncode}: {r.stderr[-2000:]}")
         except Exception as e:  # timeout etc.

@@ -20,17 +20,6 @@ CLUSTER_OPTS = {"servers": 3, "capacity": "4G"}
 ATTR_TIMEOUT = 2.0  # names and attributes must show up on the other mount within this
 
 
-@pytest.fixture(scope="module")
-def mounts(cluster):
-    mp2 = os.path.join(cluster.dir, "mnt2")
-    cluster.mount(mp2)
-    yield cluster.mnt, mp2
-    try:
-        cluster.umount(mp2)
-    except Exception as e:  # the cluster teardown cleans up and reports leftovers
-        print(f"umount {mp2}: {e}")
-
-
 @pytest.fixture
 def pair(mounts, request):
     """(dir on mount A, the same dir on mount B)."""

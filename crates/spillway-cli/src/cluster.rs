@@ -8,8 +8,8 @@
 //! mints the client's capability into `DIR/instance.json` (mode 0600).
 
 pub use crate::mountpoint::{alive, is_mounted, stop_pid, unmount};
-use crate::size::human;
 use serde::{Deserialize, Serialize};
+use spillway_api::size::human;
 use spillway_types::capability::{self, Capability};
 use spillway_types::descriptor::{decode_hex, encode_hex};
 use spillway_types::InstanceDescriptor;
@@ -463,7 +463,7 @@ fn mount_at(dir: &Path, st: &mut ClusterState, desc: &Path, mnt: &Path) -> Resul
     save(dir, st)
 }
 
-pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {
+pub fn down(dir: &Path, keep_data: bool, force: bool) -> Result<(), String> {
     let Ok(dir) = dir.canonicalize() else {
         return Ok(());
     };
@@ -492,7 +492,19 @@ pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {
             }
         }
     }
+    // A busy mount: refused before anything stops, or (--force) flushed and cut off.
+    let held = held_mounts(&mounts);
+    if !held.is_empty() && !force {
+        return Err(busy_message(&held));
+    }
     let mut errors = Vec::new();
+    for (m, holders) in &held {
+        let pf = mounts
+            .iter()
+            .find(|(p, _)| p == m)
+            .and_then(|(_, pf)| pf.clone());
+        errors.extend(force_off(m, holders, pf.as_deref()));
+    }
     for (m, pf) in &mounts {
         if let Err(e) = unmount(m, pf.as_deref()) {
             errors.push(e);
@@ -539,6 +551,83 @@ pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {
     } else {
         Err(errors.join("; "))
     }
+}
+
+type Held = Vec<(PathBuf, Vec<crate::busy::Holder>)>;
+
+/// The mounts some process holds (files open or mapped, a working directory in them).
+fn held_mounts(mounts: &[(PathBuf, Option<PathBuf>)]) -> Held {
+    let mut held = Vec::new();
+    for (m, _) in mounts {
+        if let Ok(Some(crate::mountpoint::Mounted::Spillway(e))) = crate::mountpoint::mount_state(m)
+        {
+            let h = crate::busy::holders(m, e.id);
+            if !h.is_empty() {
+                held.push((m.clone(), h));
+            }
+        }
+    }
+    held
+}
+
+fn busy_message(held: &Held) -> String {
+    let mut s = String::new();
+    for (m, hs) in held {
+        s.push_str(&format!("{} is busy:\n", m.display()));
+        for h in hs {
+            s.push_str(&format!("  {}\n", crate::busy::describe(h)));
+        }
+    }
+    s.push_str(
+        "nothing was stopped: end these processes (what they wrote may still be in the client), \
+         or use --force (flushes what they wrote, then detaches the mount; they get errors after)",
+    );
+    s
+}
+
+/// `--force` on a held mount: flush the holders' files, detach the mount, kill its
+/// client (the holders' later calls fail with ENOTCONN). Returns what went wrong.
+fn force_off(m: &Path, holders: &[crate::busy::Holder], pidfile: Option<&Path>) -> Vec<String> {
+    let mut errors: Vec<String> = crate::busy::flush(holders)
+        .into_iter()
+        .map(|f| format!("DATA NOT FLUSHED: {f}"))
+        .collect();
+    for h in holders {
+        eprintln!(
+            "spillway: --force: {} held by {}",
+            m.display(),
+            crate::busy::describe(h)
+        );
+    }
+    let c = match std::ffi::CString::new(m.as_os_str().as_encoded_bytes()) {
+        Ok(c) => c,
+        Err(_) => return vec![format!("{}: bad path", m.display())],
+    };
+    // SAFETY: c is a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) } != 0 {
+        errors.push(format!(
+            "cannot detach {}: {}",
+            m.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // The detached mount lives on for its holders until the client goes.
+    let pid = pidfile
+        .and_then(|pf| std::fs::read_to_string(pf).ok())
+        .and_then(|t| t.trim().parse::<i32>().ok())
+        .filter(|p| *p > 0);
+    if let (Some(pid), Some(pf)) = (pid, pidfile) {
+        if crate::mountpoint::is_client_of(pid, pf) {
+            stop_pid(pid, libc::SIGKILL);
+        }
+    }
+    if errors.is_empty() {
+        eprintln!(
+            "spillway: --force: {}: the holders' files were flushed; the mount is detached",
+            m.display()
+        );
+    }
+    errors
 }
 
 pub fn kill_server(dir: &Path, index: u16, signal: i32) -> Result<(), String> {

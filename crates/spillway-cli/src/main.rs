@@ -14,12 +14,14 @@
 //!   Slurm.
 
 mod agent;
+mod busy;
 mod cluster;
 mod daemon;
 mod local;
+mod mounthealth;
 mod mountpoint;
+mod pipe;
 mod run;
-mod size;
 mod stripes;
 
 use clap::{Parser, Subcommand};
@@ -146,7 +148,7 @@ enum Cmd {
     /// default for files created in it afterwards; subdirectories do not inherit).
     Setstripe {
         path: PathBuf,
-        /// Stripe size, a multiple of 4 KiB up to 64 MiB (e.g. 1M).
+        /// Stripe size, a multiple of 4 KiB up to 64 MiB (e.g. 1M; sizes: docs/cli.md).
         #[arg(long)]
         size: Option<String>,
         /// Number of servers the stripes rotate over (0: all).
@@ -175,7 +177,7 @@ enum LocalCmd {
         dir: PathBuf,
         #[arg(long, default_value_t = 2)]
         servers: u16,
-        /// Bytes each server offers, e.g. 8GiB.
+        /// Bytes each server offers, e.g. 8GiB (GiB = G = 2^30, GB = 10^9).
         #[arg(long, default_value = "8GiB")]
         server_capacity: String,
         #[arg(long, default_value = "wlm_pool")]
@@ -241,7 +243,8 @@ enum ClusterCmd {
         dir: PathBuf,
         #[arg(long, default_value_t = 2)]
         servers: u16,
-        /// Instance size (split evenly over the servers), e.g. 4G.
+        /// Instance size (split evenly over the servers), e.g. 4G (G = GiB = 2^30,
+        /// GB = 10^9; docs/cli.md).
         #[arg(long, default_value = "4G")]
         capacity: String,
         /// Default stripe size of new files, e.g. 8M.
@@ -258,12 +261,17 @@ enum ClusterCmd {
         root_mode: String,
     },
     /// Unmount everything, stop the servers, remove namespaces and (unless
-    /// --keep-data) the cluster directory.
+    /// --keep-data) the cluster directory. A mount some process holds (open files,
+    /// a working directory) stops it, naming the processes, unless --force.
     Down {
         #[arg(long)]
         dir: PathBuf,
         #[arg(long)]
         keep_data: bool,
+        /// Take busy mounts down too: flush what their holders wrote, detach the mount
+        /// and stop its client (the holders get errors after); fails if a flush fails.
+        #[arg(long)]
+        force: bool,
     },
     /// Servers, fragments, usage.
     Status {
@@ -291,18 +299,16 @@ enum ClusterCmd {
     },
 }
 
+/// Every daemon's logging (server, mount, manager, agent): a line that cannot be
+/// written (a full disk under the log) is dropped and counted, never a panic.
 fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(format!("{level},fuser=warn"))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    let filter = format!("{level},fuser=warn");
+    if spillway_types::logging::init(&filter).is_err() {
+        let _ = spillway_types::logging::init("info");
+    }
 }
 
 fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
-    use spillway_api::size::parse_size;
     match cmd {
         LocalCmd::Up {
             dir,
@@ -320,9 +326,9 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
         } => local::up(local::UpArgs {
             dir,
             servers,
-            server_capacity: parse_size(&server_capacity)?,
+            server_capacity: size_arg("--server-capacity", &server_capacity)?,
             pool,
-            granularity: parse_size(&granularity)?,
+            granularity: size_arg("--granularity", &granularity)?,
             node: node.unwrap_or_else(hostname),
             munge_socket,
             policy,
@@ -342,6 +348,12 @@ fn local_cmd(cmd: LocalCmd) -> Result<(), String> {
         }
         LocalCmd::Start { dir, what } => local::start(&dir, &what),
     }
+}
+
+/// A size option: the one parser of every tool (`spillway_api::size`: `G`/`GiB` are
+/// 2^30, `GB` 10^9, a bare number bytes), its errors naming the option.
+fn size_arg(opt: &str, v: &str) -> Result<u64, String> {
+    spillway_api::size::parse_size(v).map_err(|e| format!("{opt}: {e}"))
 }
 
 fn load_tunables(path: &Option<PathBuf>) -> Result<Tunables, String> {
@@ -489,7 +501,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 return Err("give --size and/or --width".into());
             }
             if let Some(s) = size {
-                let bytes = size::parse_size(&s)?;
+                let bytes = size_arg("--size", &s)?;
                 stripes::set(&path, "user.spillway.stripe_size", bytes)?;
             }
             if let Some(w) = width {
@@ -511,8 +523,8 @@ fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
             mountpoint,
             root_mode,
         } => {
-            let capacity = size::parse_size(&capacity)?;
-            let stripe = size::parse_size(&stripe_size)?;
+            let capacity = size_arg("--capacity", &capacity)?;
+            let stripe = size_arg("--stripe-size", &stripe_size)?;
             let stripe_size =
                 u32::try_from(stripe).map_err(|_| "stripe size too large".to_string())?;
             let root_mode = u32::from_str_radix(&root_mode, 8)
@@ -534,12 +546,16 @@ fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
                 }
                 Err(e) => {
                     // Leave nothing half-started behind.
-                    let _ = cluster::down(&dir, true);
+                    let _ = cluster::down(&dir, true, true);
                     Err(e)
                 }
             }
         }
-        ClusterCmd::Down { dir, keep_data } => cluster::down(&dir, keep_data),
+        ClusterCmd::Down {
+            dir,
+            keep_data,
+            force,
+        } => cluster::down(&dir, keep_data, force),
         ClusterCmd::Status { dir, json } => cluster::status(&dir, json),
         ClusterCmd::KillServer { dir, index, signal } => {
             let sig = match signal.to_ascii_uppercase().trim_start_matches("SIG") {
@@ -555,8 +571,22 @@ fn cluster_cmd(cmd: ClusterCmd) -> Result<(), String> {
 
 fn main() {
     let cli = Cli::parse();
+    // One-shot commands end quietly on a closed stdout (`| head`); daemons and `run`
+    // keep SIGPIPE ignored (pipe.rs).
+    if matches!(
+        cli.cmd,
+        Cmd::Stripes { .. }
+            | Cmd::Setstripe { .. }
+            | Cmd::Cluster { .. }
+            | Cmd::Local { .. }
+            | Cmd::Tls { .. }
+            | Cmd::Umount { .. }
+    ) {
+        pipe::default_sigpipe();
+    }
     if let Err(e) = run(cli) {
-        eprintln!("spillway: {e}");
+        // Not eprintln!: a daemon's stderr is its log, which may be on a full disk.
+        spillway_types::logging::stderr_line(&format!("spillway: {e}"));
         std::process::exit(1);
     }
 }

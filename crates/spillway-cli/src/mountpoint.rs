@@ -533,6 +533,24 @@ fn umount_once(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Unmount the topmost mount at `path` only if nothing uses it (no open file, working
+/// directory or mount inside it): false when it is busy, and then it stays as it is.
+/// For a dead mount (its client gone): detaching one that processes still hold would
+/// leave them on a dead file system under a mount point that looks fine again.
+/// `path` must have been walked (`MountRoot::walk`) like `umount_once`'s.
+pub fn umount_if_idle(path: &Path) -> Result<bool, String> {
+    let c = cstr(path.as_os_str().as_bytes(), path)?;
+    // SAFETY: c is a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::UMOUNT_NOFOLLOW) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EBUSY) {
+        return Ok(false);
+    }
+    Err(format!("cannot unmount {}: {e}", path.display()))
+}
+
 fn parse_mountinfo_line(l: &str) -> Option<MountEntry> {
     let (left, right) = l.split_once(" - ")?;
     let mut f = left.split(' ');
@@ -644,7 +662,7 @@ pub fn unmount(path: &Path, pidfile: Option<&Path>) -> Result<(), String> {
 /// its content is trusted) once it is verified to be that mount's client: a
 /// `spillway mount` writing that very pidfile. It normally exits by itself once its
 /// mount is gone; it gets CLIENT_EXIT_WAIT, then SIGTERM, then SIGKILL.
-fn stop_client(pidfile: &Path) -> Result<(), String> {
+pub fn stop_client(pidfile: &Path) -> Result<(), String> {
     let pid = match std::fs::read_to_string(pidfile) {
         Ok(s) => s.trim().parse::<i32>().ok().filter(|p| *p > 0),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -728,7 +746,7 @@ fn stop_client(pidfile: &Path) -> Result<(), String> {
 }
 
 /// Whether process `pid` is `spillway mount ... --pidfile <pidfile> ...`.
-fn is_client_of(pid: i32, pidfile: &Path) -> bool {
+pub fn is_client_of(pid: i32, pidfile: &Path) -> bool {
     let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };

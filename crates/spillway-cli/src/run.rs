@@ -11,6 +11,10 @@
 
 mod as_user;
 mod private;
+mod retry;
+
+// Progress lines: dropped, never a panic, when stdout is closed (pipe.rs).
+use crate::say;
 
 use spillway_api::ApiClient;
 use spillway_jobs::input;
@@ -97,7 +101,7 @@ fn job_user(arg: Option<&str>) -> Result<User, String> {
 }
 
 fn step(name: &str) {
-    println!("==> {name}");
+    say!("==> {name}");
 }
 
 fn took(t: Instant) -> String {
@@ -128,7 +132,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     let text = read_script(&a.script, &user)?;
     let spec =
         JobSpec::parse(&text).map_err(|e| format!("{}:\n{e}", input::shown_path(&a.script)))?;
-    println!(
+    say!(
         "    {}: {} stage-in(s), {} stage-out(s){}{}; runs as {} (uid {})",
         a.script.display(),
         spec.stage_in.len(),
@@ -150,6 +154,13 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     let site_config = std::fs::canonicalize(&cfg_path).unwrap_or(cfg_path.clone());
     let cfg = spillway_api::config::ClientConfig::load(&cfg_path)?;
     let api = crate::agent::api_client(&cfg, Duration::from_secs(60))?;
+    // A request no pool can ever hold is refused now, before anything is made.
+    if spec.instance.is_some() || !spec.create.is_empty() {
+        let pools = retry::phase("validate", || Ok(phases::fits::pool_totals(&api)?))
+            .map_err(|e| input::cut_values(&e.to_string()))?;
+        phases::fits::check(&spec, &pools)
+            .map_err(|e| format!("{}:\n{e}", input::shown_path(&a.script)))?;
+    }
     let token = match a.token.clone() {
         Some(t) => t,
         None => fresh_token(&api)?,
@@ -175,9 +186,10 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
                 access: spillway_api::AccessMode::Stripe,
                 kind: spillway_api::ConfigType::Scratch,
             };
-            println!(
+            say!(
                 "    {} {}",
-                phases::create_persistent(&api, &p).map_err(fail)?,
+                retry::phase("create persistent", || phases::create_persistent(&api, &p))
+                    .map_err(fail)?,
                 took(t)
             );
         }
@@ -186,10 +198,14 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
             let t = Instant::now();
             // For the job's user only: whoever runs `spillway run` lends it no right
             // over other users' instances.
-            match phases::teardown_for(&api, name, *hurry, user.uid).map_err(fail)? {
-                Teardown::NotFound => println!("    no persistent instance {name} {}", took(t)),
+            match retry::phase("destroy persistent", || {
+                phases::teardown_for(&api, name, *hurry, user.uid)
+            })
+            .map_err(fail)?
+            {
+                Teardown::NotFound => say!("    no persistent instance {name} {}", took(t)),
                 Teardown::Done { session, .. } => {
-                    println!("    session {session} torn down {}", took(t))
+                    say!("    session {session} torn down {}", took(t))
                 }
             }
         }
@@ -203,28 +219,29 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
             nodes: nodes.clone(),
             creator: "spillway-run".into(),
         };
-        println!(
+        say!(
             "    {} {}",
-            phases::setup(&api, &spec, &req).map_err(fail)?,
+            retry::phase("setup", || phases::setup(&api, &spec, &req)).map_err(fail)?,
             took(t)
         );
         step("stage in");
         let t = Instant::now();
-        println!(
+        say!(
             "    {} {}",
-            phases::data_in(&api, &spec, &token).map_err(fail)?,
+            retry::phase("stage in", || phases::data_in(&api, &spec, &token)).map_err(fail)?,
             took(t)
         );
         step("paths");
-        let vars = phases::paths(&api, &spec, &token).map_err(fail)?;
+        let vars = retry::phase("paths", || phases::paths(&api, &spec, &token)).map_err(fail)?;
         for (k, v) in &vars {
-            println!("    {k}={v}");
+            say!("    {k}={v}");
         }
         step("pre-run");
         let t = Instant::now();
-        println!(
+        say!(
             "    {} {}",
-            phases::pre_run(&api, &spec, &token, &nodes).map_err(fail)?,
+            retry::phase("pre-run", || phases::pre_run(&api, &spec, &token, &nodes))
+                .map_err(fail)?,
             took(t)
         );
         Ok(vars)
@@ -232,13 +249,13 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     let vars = match before() {
         Ok(v) => v,
         Err(e) => {
-            println!("    FAILED: {e}");
+            say!("    FAILED: {e}");
             step("teardown (hurry: the job did not run)");
-            match phases::teardown_for(&api, &token, true, user.uid) {
-                Ok(_) => println!("    done"),
+            match retry::phase("teardown", || phases::teardown_for(&api, &token, true, user.uid)) {
+                Ok(_) => say!("    done"),
                 // `--token` named another user's session: not the job's to tear down.
-                Err(PhaseError::Refused(m)) => println!("    nothing torn down: {m}"),
-                Err(t) => println!(
+                Err(PhaseError::Refused(m)) => say!("    nothing torn down: {m}"),
+                Err(t) => say!(
                     "    FAILED: {t}; the session of token {token} is left: remove it with `dwcli rm session <id>` (dwstat sessions)"
                 ),
             }
@@ -252,29 +269,29 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     let status = match run_script(&a, &text, &user, &token, &vars, &site_config) {
         Ok(s) => s,
         Err(e) => {
-            println!("    FAILED: {e}");
+            say!("    FAILED: {e}");
             127
         }
     };
-    println!("    exit status {status} {}", took(t));
+    say!("    exit status {status} {}", took(t));
 
     step("post-run");
     let t = Instant::now();
-    if let Err(e) = phases::post_run(&api, &token) {
-        println!("    FAILED: {e}");
-        println!(
+    if let Err(e) = retry::phase("post-run", || phases::post_run(&api, &token)) {
+        say!("    FAILED: {e}");
+        say!(
             "    the session of token {token} is kept (its stage-outs are still owed): `dwstat sessions` shows it; `dwcli rm session <id>` tears it down and runs them"
         );
         return Err(format!("post-run failed: {e}"));
     }
-    println!("    done {}", took(t));
+    say!("    done {}", took(t));
     step("stage out");
     let t = Instant::now();
-    match phases::data_out(&api, &spec, &token) {
-        Ok(s) => println!("    {s} {}", took(t)),
+    match retry::phase("stage out", || phases::data_out(&api, &spec, &token)) {
+        Ok(s) => say!("    {s} {}", took(t)),
         Err(e) => {
-            println!("    FAILED: {e}");
-            println!(
+            say!("    FAILED: {e}");
+            say!(
                 "    the session of token {token} and its instance are kept so that the data is not lost: \
                  stage it out by hand (dwcli stage), then `dwcli rm session <id>` (dwstat sessions shows the id)"
             );
@@ -283,9 +300,13 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     }
     step("teardown");
     let t = Instant::now();
-    match phases::teardown_for(&api, &token, false, user.uid).map_err(fail)? {
-        Teardown::NotFound => println!("    nothing to tear down {}", took(t)),
-        Teardown::Done { session, .. } => println!("    session {session} torn down {}", took(t)),
+    match retry::phase("teardown", || {
+        phases::teardown_for(&api, &token, false, user.uid)
+    })
+    .map_err(fail)?
+    {
+        Teardown::NotFound => say!("    nothing to tear down {}", took(t)),
+        Teardown::Done { session, .. } => say!("    session {session} torn down {}", took(t)),
     }
     Ok(status)
 }

@@ -7,27 +7,34 @@
 //! pages and attributes when another client changed the file; close and fsync push
 //! this client's writes to the servers before they return.
 
+use crate::acl;
 use crate::control::Control;
+use crate::grants::Grants;
+use crate::inval::invalidator;
+use crate::locks::{LockArgs, Locks};
 use crate::nodes::{Node, OpenFile, Tables};
 use crate::root::MountRoot;
-use crate::writeback::WriteBack;
+use crate::writeback::{Invalidate, WriteBack};
 use fuser::{
     FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use spillway_stubs::Instance;
+use spillway_types::acl::{Acl, ACCESS_XATTR, DEFAULT_XATTR};
 use spillway_types::tunables::{MAX_NAME_LEN, MAX_SYMLINK_LEN};
 use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec, Tunables};
 use spillway_wire::messages::{
-    rename_flags, setattr, want, CreateReq, EntryRef, RenameReq, SetAttrReq,
+    rename_flags, setattr, want, xattr_flags, CreateReq, EntryRef, RenameReq, SetAttrReq,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
+
+mod existing;
 
 pub struct SpillwayFs {
     inst: Arc<Instance>,
@@ -40,6 +47,17 @@ pub struct SpillwayFs {
     /// The directory shown as the mount's root: every inode number crossing the FUSE
     /// boundary goes through it (`ino` in, `fuse_ino` out).
     root: MountRoot,
+    /// fcntl, OFD and flock locks, held at each inode's home (locks.rs).
+    locks: Arc<Locks>,
+    /// The kernel enforces POSIX ACLs (it granted FUSE_POSIX_ACL and FUSE_DONT_MASK):
+    /// the `system.posix_acl_*` xattrs are stored and inherited, and the umask is ours
+    /// to apply. Otherwise they are refused with EOPNOTSUPP rather than stored and not
+    /// enforced.
+    acl: bool,
+    /// Space the servers promised this client (write-behind needs it; grants.rs).
+    grants: Arc<Grants>,
+    /// Drops the kernel's cache of a file whose written-behind bytes were lost.
+    lost: Invalidate,
 }
 
 /// Asked by the kernel before every write; cached per inode (see `Node::capability`).
@@ -54,6 +72,8 @@ pub const STRIPE_SIZE_XATTR: &[u8] = b"user.spillway.stripe_size";
 pub const STRIPE_WIDTH_XATTR: &[u8] = b"user.spillway.stripe_width";
 
 type R<T> = Result<T, Errno>;
+
+mod sparse;
 
 fn fe(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.0)
@@ -114,6 +134,9 @@ impl SpillwayFs {
         root: MountRoot,
     ) -> SpillwayFs {
         SpillwayFs {
+            grants: Grants::new(inst.clone(), &tun),
+            locks: Locks::new(inst.clone()),
+            lost: invalidator(notifier.clone(), root.clone()),
             inst,
             t: Tables::default(),
             tun,
@@ -121,6 +144,7 @@ impl SpillwayFs {
             origin,
             control,
             root,
+            acl: false,
         }
     }
 
@@ -132,6 +156,31 @@ impl SpillwayFs {
     /// The kernel's node number for an instance inode (root.rs).
     fn fuse_ino(&self, i: InodeNo) -> INodeNo {
         self.root.fuse(i)
+    }
+
+    /// A lock request's arguments for locks.rs.
+    #[allow(clippy::too_many_arguments)]
+    fn lock_args(
+        &self,
+        req: &Request,
+        i: INodeNo,
+        fh: FileHandle,
+        owner: LockOwner,
+        (start, end): (u64, u64),
+        typ: i32,
+        pid: u32,
+    ) -> LockArgs {
+        let (ino, fh, owner, tid) = (self.ino(i), fh.0, owner.0, req.pid());
+        LockArgs {
+            ino,
+            fh,
+            owner,
+            start,
+            end,
+            typ,
+            pid,
+            tid,
+        }
     }
 
     /// Set one stripe parameter (size or width) of a file or directory.
@@ -165,6 +214,30 @@ impl SpillwayFs {
         Ok(())
     }
 
+    /// Set a POSIX ACL (the kernel checked the caller owns the inode, or is root, and
+    /// the format); the home updates the mode with an access ACL.
+    fn set_acl(&self, req: &Request, i: InodeNo, name: &[u8], value: &[u8], flags: u32) -> R<()> {
+        let mut flags = flags;
+        if name == ACCESS_XATTR {
+            let gid = self.dir_attr(i)?.gid;
+            if acl::kill_sgid(req.pid(), req.uid(), req.gid(), gid) {
+                flags |= xattr_flags::ACL_KILL_SGID;
+            }
+        }
+        // The mode (access ACL) and ctime change at the home.
+        self.t.stale(i);
+        acl::forget_access(&self.t, i);
+        let r = self.inst.set_xattr(i, name, value, flags);
+        if name == DEFAULT_XATTR {
+            // As the home stores it (canonical form), or ask it next time.
+            match (&r, Acl::parse(value)) {
+                (Ok(()), Ok(a)) => acl::remember_default(&self.t, i, Some(a.to_bytes())),
+                _ => acl::forget_default(&self.t, i),
+            }
+        }
+        r
+    }
+
     /// Attributes of nothing, for negative entries (only the node id 0 matters).
     fn negative_template(&self) -> Attr {
         Attr {
@@ -181,6 +254,7 @@ impl SpillwayFs {
             ctime: Timespec::default(),
             stripe_size: 4096,
             stripe_width: 1,
+            blocks: 0,
         }
     }
 
@@ -238,7 +312,13 @@ impl SpillwayFs {
         FileAttr {
             ino: self.fuse_ino(a.ino),
             size,
-            blocks: size.div_ceil(512),
+            // Regular files: what their stripes occupy, as the servers reported it to
+            // the home (fs/sparse.rs); other kinds hold no stripes.
+            blocks: if a.kind == FileKind::Regular {
+                a.blocks
+            } else {
+                size.div_ceil(512)
+            },
             atime: a.atime.to_system_time(),
             mtime: a.mtime.to_system_time(),
             ctime: a.ctime.to_system_time(),
@@ -314,7 +394,8 @@ impl SpillwayFs {
         }
     }
 
-    /// Create an inode of any kind under `parent`, owned by the caller.
+    /// Create an inode of any kind under `parent`, owned by the caller, with the ACLs
+    /// it inherits from `parent` (or else `umask` applied).
     #[allow(clippy::too_many_arguments)]
     fn make(
         &self,
@@ -326,6 +407,7 @@ impl SpillwayFs {
         rdev: u32,
         target: &[u8],
         open: bool,
+        umask: u32,
     ) -> R<Attr> {
         let name = check_name(name)?;
         let pattr = self.dir_attr(parent)?;
@@ -337,11 +419,22 @@ impl SpillwayFs {
                 mode |= libc::S_ISGID;
             }
         }
+        // Without FUSE_POSIX_ACL the kernel applied the umask itself.
+        let new = if self.acl {
+            let ttl = self.tun.attr_ttl;
+            acl::for_create(&self.inst, &self.t, ttl, parent, kind, mode, umask)?
+        } else {
+            acl::NewInode {
+                mode,
+                xattrs: Vec::new(),
+                default: None,
+            }
+        };
         let create = CreateReq {
             parent,
             name: name.to_vec(),
             kind,
-            mode,
+            mode: new.mode,
             uid: req.uid(),
             gid,
             rdev,
@@ -359,11 +452,15 @@ impl SpillwayFs {
                 0
             },
             open,
+            xattrs: new.xattrs,
         };
         if kind == FileKind::Directory {
             // The parent's link count may only change if the mkdir happened.
             let attr = self.inst.create(create)?;
             self.touch_dir(parent, 1);
+            // Its default ACL is known: creates in it need not ask its home.
+            self.t.remember(&attr, false);
+            acl::remember_default(&self.t, attr.ino, new.default);
             return Ok(attr);
         }
         // The kernel asks only after finding no such name, so the create almost always
@@ -397,6 +494,8 @@ impl SpillwayFs {
                         self.inst.clone(),
                         &attr,
                         &self.tun,
+                        self.grants.clone(),
+                        self.lost.clone(),
                     )))
                 }
                 Some(wb) if stale => wb.reset_end(attr.size),
@@ -653,7 +752,8 @@ impl SpillwayFs {
         self.inst.read(&layout, i, offset, size, fsize)
     }
 
-    fn do_write(&self, i: InodeNo, offset: u64, data: &[u8]) -> R<()> {
+    /// Bytes taken: fewer than `data` when the servers had room for a part only.
+    fn do_write(&self, i: InodeNo, offset: u64, data: &[u8]) -> R<usize> {
         match self.t.writeback(i) {
             Some(wb) => wb.write(offset, data),
             None => {
@@ -664,7 +764,7 @@ impl SpillwayFs {
                 self.inst.write(&layout, i, offset, data)?;
                 self.inst
                     .extend_size(i, offset + data.len() as u64, true)
-                    .map(|_| ())
+                    .map(|_| data.len())
             }
         }
     }
@@ -754,6 +854,19 @@ impl Filesystem for SpillwayFs {
         if let Err(missing) = config.add_capabilities(wanted) {
             tracing::warn!("kernel lacks FUSE capabilities {missing:?}");
         }
+        // fcntl and flock locks held at the servers, across clients (locks.rs).
+        let locks = InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS;
+        if let Err(missing) = config.add_capabilities(locks) {
+            tracing::warn!("kernel lacks {missing:?}: those locks stay local to this node");
+        }
+        // POSIX ACLs enforced by the kernel from the xattrs it reads (acl.rs). With
+        // them the VFS leaves the umask to the file system, and DONT_MASK keeps FUSE
+        // from applying it before we know whether the directory has a default ACL.
+        let acls = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+        match config.add_capabilities(acls) {
+            Ok(()) => self.acl = true,
+            Err(missing) => tracing::warn!("kernel lacks {missing:?}: POSIX ACLs refused"),
+        }
         let _ = config.set_max_write(self.tun.max_write);
         let _ = config.set_max_readahead(self.tun.max_readahead);
         let _ = config.set_max_background(64);
@@ -767,6 +880,7 @@ impl Filesystem for SpillwayFs {
     }
 
     fn destroy(&mut self) {
+        self.locks.stop();
         self.flush_all();
     }
 
@@ -806,7 +920,12 @@ impl Filesystem for SpillwayFs {
 
     fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         if let Some((a, ttl)) = self.t.fresh_attr(self.ino(i), self.tun.attr_ttl) {
-            return reply.attr(&ttl, &self.fuse_attr(&a));
+            // A cached "no blocks" of a non-empty file may predate the servers' report
+            // (a flush's reply races it): ask the home, as tools read st_blocks 0 as
+            // "all hole" (fs/sparse.rs).
+            if !(a.kind == FileKind::Regular && a.blocks == 0 && a.size > 0) {
+                return reply.attr(&ttl, &self.fuse_attr(&a));
+            }
         }
         self.reply_attr(reply, self.inst.getattr(self.ino(i)).map_err(gone));
     }
@@ -867,13 +986,16 @@ impl Filesystem for SpillwayFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
         let r = match FileKind::from_mode(mode) {
             Some(FileKind::Directory) | Some(FileKind::Symlink) | None => Err(Errno::EINVAL),
-            Some(kind) => self.make(req, self.ino(parent), name, kind, mode, rdev, &[], false),
+            Some(kind) => {
+                let p = self.ino(parent);
+                self.make(req, p, name, kind, mode, rdev, &[], false, umask)
+            }
         };
         self.reply_entry(reply, r);
     }
@@ -884,7 +1006,7 @@ impl Filesystem for SpillwayFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let r = self.make(
@@ -896,6 +1018,7 @@ impl Filesystem for SpillwayFs {
             0,
             &[],
             false,
+            umask,
         );
         self.reply_entry(reply, r);
     }
@@ -933,6 +1056,7 @@ impl Filesystem for SpillwayFs {
                 0,
                 t,
                 false,
+                0, // symlinks are 0777: no umask, no ACL
             )
         };
         self.reply_entry(reply, r);
@@ -1010,7 +1134,7 @@ impl Filesystem for SpillwayFs {
         reply: ReplyWrite,
     ) {
         match self.do_write(self.ino(i), offset, data) {
-            Ok(()) => reply.written(data.len() as u32),
+            Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(fe(e)),
         }
     }
@@ -1020,27 +1144,65 @@ impl Filesystem for SpillwayFs {
         _req: &Request,
         i: INodeNo,
         _fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         let r = match self.t.writeback(self.ino(i)) {
             Some(wb) => wb.flush().map(|a| self.note_flushed(a)),
             None => Ok(()),
         };
-        Self::empty(reply, r);
+        // A process's close drops its POSIX locks on the file (locks.rs).
+        let unlocked = self.locks.flush(self.ino(i), lock_owner.0);
+        Self::empty(reply, r.and(unlocked));
     }
 
     fn release(
         &self,
         _req: &Request,
-        _i: INodeNo,
+        i: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // The open file description's flocks and OFD locks (locks.rs).
+        self.locks
+            .release(self.ino(i), fh.0, lock_owner.map(|o| o.0));
         Self::empty(reply, self.do_release(fh.0));
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        i: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let a = self.lock_args(req, i, fh, lock_owner, (start, end), typ, pid);
+        self.locks.getlk(a, reply);
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        i: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let a = self.lock_args(req, i, fh, lock_owner, (start, end), typ, pid);
+        self.locks.setlk(a, sleep, reply);
     }
 
     fn fsync(
@@ -1157,7 +1319,7 @@ impl Filesystem for SpillwayFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         i: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -1172,8 +1334,13 @@ impl Filesystem for SpillwayFs {
         if n == STRIPE_SIZE_XATTR || n == STRIPE_WIDTH_XATTR {
             return Self::empty(reply, self.set_stripe_param(self.ino(i), n, value));
         }
+        if self.acl && acl::is_acl_name(n) {
+            let r = self.set_acl(req, self.ino(i), n, value, flags as u32);
+            return Self::empty(reply, r);
+        }
         if n.starts_with(b"system.") {
-            // POSIX ACLs are not enforced here: refuse them rather than store them.
+            // Nothing else of system.* is stored (nor were ACLs, if the kernel would
+            // not enforce them).
             return reply.error(fuser::Errno::EOPNOTSUPP);
         }
         self.forget_capability(self.ino(i));
@@ -1187,6 +1354,15 @@ impl Filesystem for SpillwayFs {
 
     fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let n = name.as_bytes();
+        if self.acl && n == DEFAULT_XATTR {
+            let r = acl::dir_default(&self.inst, &self.t, self.tun.attr_ttl, self.ino(i))
+                .and_then(|v| v.ok_or(Errno::ENODATA));
+            return Self::xattr_reply(reply, size, r);
+        }
+        if self.acl && n == ACCESS_XATTR {
+            let r = acl::access(&self.inst, &self.t, self.tun.attr_ttl, self.ino(i));
+            return Self::xattr_reply(reply, size, r);
+        }
         if n.starts_with(b"system.") {
             return reply.error(fuser::Errno::ENODATA);
         }
@@ -1224,6 +1400,13 @@ impl Filesystem for SpillwayFs {
 
     fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let n = name.as_bytes();
+        if self.acl && acl::is_acl_name(n) {
+            // Removing the access ACL leaves the mode as it is (the server's rule).
+            self.t.stale(self.ino(i));
+            acl::forget_default(&self.t, self.ino(i));
+            acl::forget_access(&self.t, self.ino(i));
+            return Self::empty(reply, self.inst.remove_xattr(self.ino(i), n));
+        }
         if n.starts_with(b"system.")
             || n == LAYOUT_XATTR
             || n == STRIPE_SIZE_XATTR
@@ -1252,26 +1435,66 @@ impl Filesystem for SpillwayFs {
             .ioctl(req.uid(), self.ino(i), cmd, in_data, out_size, reply);
     }
 
+    fn fallocate(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.do_fallocate(self.ino(i), offset, length, mode);
+        Self::empty(reply, r.map(|_| ()));
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: fuser::ReplyLseek,
+    ) {
+        // The kernel sends only these two; SEEK_SET/CUR/END it answers itself.
+        let hole = match whence {
+            libc::SEEK_DATA => false,
+            libc::SEEK_HOLE => true,
+            _ => return reply.error(fuser::Errno::EINVAL),
+        };
+        match self.do_lseek(self.ino(i), offset, hole) {
+            Ok(at) => reply.offset(at),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
     fn create(
         &self,
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let made = self.make(
-            req,
-            self.ino(parent),
-            name,
-            FileKind::Regular,
-            mode,
-            0,
-            &[],
-            true,
-        );
+        let parent = self.ino(parent);
+        let make = || {
+            let r = FileKind::Regular;
+            self.make(req, parent, name, r, mode, 0, &[], true, umask)
+        };
+        let mut made = make();
+        if made.as_ref().err() == Some(&Errno::EEXIST) {
+            // Another client made the name since the kernel looked (fs/existing.rs).
+            match self.open_existing(req, parent, name.as_bytes(), flags) {
+                Ok(opened) => return self.reply_existing(opened, reply),
+                // It went again: create it after all.
+                Err(e) if e == Errno::ENOENT => made = make(),
+                Err(e) => return reply.error(fe(e)),
+            }
+        }
         let attr = match made {
             Ok(a) => a,
             Err(e) => return reply.error(fe(e)),

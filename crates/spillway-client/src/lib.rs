@@ -6,13 +6,24 @@
 //!   `spillway-placement` (its own crate: the servers' stage coordinator uses it too).
 //! * `nodes`    — what this client knows of inodes and open files.
 //! * `writeback`— the per-file write-back buffer (close-to-open: flushed at close/fsync).
-//! * `fs`       — the FUSE operations, each mapped onto the stubs.
+//! * `grants`   — the space each server promised this client (write-behind needs it).
+//! * `inval`    — dropping the kernel's cache of a file whose written-behind bytes were lost.
+//! * `fs`       — the FUSE operations, each mapped onto the stubs (`fs/existing.rs`:
+//!   an O_CREAT open of a name another client made meanwhile).
+//! * `locks`    — fcntl, OFD and flock locks held at the inodes' homes.
+//! * `caller`   — the calling thread's groups, capabilities, syscall and signals.
+//! * `acl`      — POSIX ACLs: what a new inode inherits, the directories' default ACLs.
 //! * `mount`    — mounting, the kernel connection's settings, and unmount on SIGTERM.
 //! * `root`     — which directory of the instance the mount shows as its root (private
 //!   mounts), and the translation of inode numbers and paths across the FUSE boundary.
 
+pub mod acl;
+mod caller;
 pub mod control;
 pub mod fs;
+pub mod grants;
+mod inval;
+pub mod locks;
 pub mod mount;
 pub mod nodes;
 pub mod root;

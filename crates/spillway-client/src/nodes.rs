@@ -25,6 +25,12 @@ pub struct Node {
     /// every write (FUSE inodes never get S_NOSEC), so it is answered from here for the
     /// attribute lifetime instead of costing a round trip per write.
     pub capability: Option<(std::time::Instant, Option<Vec<u8>>)>,
+    /// A directory's default ACL as last fetched or set here, and when (acl.rs): every
+    /// create in the directory needs it, answered from here for the attribute lifetime.
+    pub default_acl: Option<(std::time::Instant, Option<Vec<u8>>)>,
+    /// The access ACL as last fetched (acl.rs), with the inode's ctime from just before
+    /// it was read: while fresh attributes show the same ctime it has not changed.
+    pub access_acl: Option<(Timespec, Option<Vec<u8>>)>,
     /// When `attr` last came from the home server. A directory's attributes are
     /// answered from here within the attribute lifetime: the kernel drops its copy
     /// after every entry change in the directory, and asking the server again right
@@ -43,6 +49,8 @@ impl Node {
             wb: None,
             cached: None,
             capability: None,
+            default_acl: None,
+            access_acl: None,
             fetched: None,
         }
     }

@@ -209,6 +209,7 @@ impl MountRoot {
                 stripe_size: 0,
                 stripe_width: 0,
                 open: false,
+                xattrs: Vec::new(),
             });
             cur = match made {
                 Ok(a) => {

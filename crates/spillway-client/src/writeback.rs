@@ -18,11 +18,22 @@
 //! silently. A write in flight when its server's connection breaks is sent again after
 //! the reconnect (writes are idempotent), so each request keeps its own copy of the
 //! bytes until it is answered.
+//!
+//! Space: a write is acknowledged before its server answered (staged or sent behind)
+//! only when it is charged to this client's space grant on that server (grants.rs),
+//! which the server keeps free for it. Otherwise the write is sent and waited for, so
+//! that the server's ENOSPC (or a shorter count, where a part fits) is what write(2)
+//! returns. The size told to the home never passes what the servers acknowledged
+//! (`State::acked_end`); a write behind that fails after all (a resend after a
+//! reconnect, an I/O error) is reported by the next call and the kernel's cached
+//! pages and attributes of the file are dropped, so that the writer too reads what the
+//! servers hold.
 
+use crate::grants::Grants;
 use spillway_placement::Layout;
 use spillway_stubs::Instance;
 use spillway_types::{Attr, Errno, InodeNo, ServerIndex, StripeIndex, Tunables};
-use spillway_wire::messages::WriteReq;
+use spillway_wire::messages::{setattr, SetAttrReq, WriteReq};
 use spillway_wire::OwnedCall;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,8 +44,14 @@ const SPARE_BUFFERS: usize = 8;
 /// First capacity of a staged run (it grows by doubling up to the chunk size).
 const STAGE_START: usize = 64 << 10;
 
+/// Told the inode whose written-behind bytes were lost: the mount drops the kernel's
+/// cached pages and attributes of it (never waits: called under the file's lock).
+pub type Invalidate = Arc<dyn Fn(InodeNo) + Send + Sync>;
+
 pub struct WriteBack {
     inst: Arc<Instance>,
+    grants: Arc<Grants>,
+    lost: Invalidate,
     ino: InodeNo,
     /// Where the file's stripes go (may change while the file is still empty).
     layout: Mutex<Layout>,
@@ -49,10 +66,12 @@ pub struct WriteBack {
     end: AtomicU64,
 }
 
-/// Bytes gathered for one write RPC: contiguous, within one stripe.
+/// Bytes gathered for one write RPC: contiguous, within one stripe, and all charged to
+/// the grant of session `epoch` of the stripe's server.
 struct Staged {
     offset: u64,
     data: Vec<u8>,
+    epoch: u64,
 }
 
 impl State {
@@ -62,14 +81,27 @@ impl State {
 }
 
 impl Staged {
+    fn end(&self) -> u64 {
+        self.offset + self.data.len() as u64
+    }
+
+    /// Whether `len` bytes at `offset` overlap or extend this run and it stays within
+    /// `chunk` bytes.
+    fn fits(&self, offset: u64, len: usize, chunk: usize) -> bool {
+        offset >= self.offset
+            && offset <= self.end()
+            && offset + len as u64 - self.offset <= chunk as u64
+    }
+
+    /// Bytes the run would grow by (what taking them must charge).
+    fn growth(&self, offset: u64, len: usize) -> u64 {
+        (offset + len as u64).saturating_sub(self.end())
+    }
+
     /// Take `bytes` at `offset` into this run if they overlap or extend it and the run
     /// stays within `chunk` bytes; newer bytes win.
     fn merge(&mut self, offset: u64, bytes: &[u8], chunk: usize) -> bool {
-        let end = self.offset + self.data.len() as u64;
-        let fits = offset >= self.offset
-            && offset <= end
-            && offset + bytes.len() as u64 - self.offset <= chunk as u64;
-        if !fits {
+        if !self.fits(offset, bytes.len(), chunk) {
             return false;
         }
         let at = (offset - self.offset) as usize;
@@ -99,6 +131,9 @@ struct State {
     error: Option<Errno>,
     /// One past the highest byte this client wrote (the size the kernel believes).
     end: u64,
+    /// The size the servers back: the file's size when opened (or truncated), raised
+    /// by every write they acknowledged. The home is never told more.
+    acked_end: u64,
     /// Servers holding data of the file not yet fsync'ed.
     unsynced: Vec<ServerIndex>,
     /// Data was sent but the home does not know the new size/mtime yet.
@@ -111,14 +146,23 @@ struct State {
 }
 
 impl WriteBack {
-    pub fn new(inst: Arc<Instance>, attr: &Attr, tun: &Tunables) -> WriteBack {
+    pub fn new(
+        inst: Arc<Instance>,
+        attr: &Attr,
+        tun: &Tunables,
+        grants: Arc<Grants>,
+        lost: Invalidate,
+    ) -> WriteBack {
         let layout = inst.layout(attr);
         let st = State {
             end: attr.size,
+            acked_end: attr.size,
             ..State::default()
         };
         WriteBack {
             inst,
+            grants,
+            lost,
             ino: attr.ino,
             layout: Mutex::new(layout),
             budget: tun.writeback_per_file.max(1 << 20),
@@ -160,32 +204,47 @@ impl WriteBack {
         self.end.store(end, Ordering::Release);
     }
 
-    /// Take one write: staged or sent, not waited for (unless the budget is spent).
-    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), Errno> {
+    /// Take one write: staged or sent behind when the grant covers it, otherwise sent
+    /// and waited for. Returns the bytes taken: fewer than `data` when a part did not
+    /// fit on a full server (the caller's next write gets the error).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<usize, Errno> {
         let mut st = self.lock();
         if let Some(e) = st.error.take() {
             return Err(e);
         }
         if data.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let layout = self.layout();
         let mut pos = 0usize;
-        for (stripe, _, n) in layout.pieces(offset, data.len() as u64) {
+        let mut taken = 0usize;
+        'pieces: for (stripe, _, n) in layout.pieces(offset, data.len() as u64) {
             // A piece lies within one stripe; cut it further into chunks.
             let piece = &data[pos..pos + n as usize];
             for (i, part) in piece.chunks(self.chunk).enumerate() {
                 let at = offset + (pos + i * self.chunk) as u64;
-                self.add(&mut st, &layout, stripe, at, part)?;
+                match self.add(&mut st, &layout, stripe, at, part) {
+                    Ok(k) => {
+                        taken += k;
+                        if k < part.len() {
+                            break 'pieces;
+                        }
+                    }
+                    // What was taken before stands: a short count, as a local file
+                    // system answers a write that fills the disk.
+                    Err(_) if taken > 0 => break 'pieces,
+                    Err(e) => return Err(e),
+                }
             }
             pos += n as usize;
         }
-        let end = st.end.max(offset + data.len() as u64);
+        let end = st.end.max(offset + taken as u64);
         self.set_end(&mut st, end);
-        Ok(())
+        Ok(taken)
     }
 
-    /// Stage or send `bytes` at `offset`, all within `stripe` and at most a chunk.
+    /// Stage or send `bytes` at `offset`, all within `stripe` and at most a chunk; the
+    /// bytes taken.
     fn add(
         &self,
         st: &mut State,
@@ -193,25 +252,112 @@ impl WriteBack {
         stripe: StripeIndex,
         offset: u64,
         bytes: &[u8],
-    ) -> Result<(), Errno> {
+    ) -> Result<usize, Errno> {
+        let server = layout.server_of(stripe);
         if let Some(s) = st.staged.as_mut() {
-            if layout.locate(s.offset).0 == stripe && s.merge(offset, bytes, self.chunk) {
+            if layout.locate(s.offset).0 == stripe
+                && s.fits(offset, bytes.len(), self.chunk)
+                && self.charge_to(server, s.growth(offset, bytes.len()), s.epoch)
+            {
+                s.merge(offset, bytes, self.chunk);
                 if s.data.len() >= self.chunk {
                     self.send_staged(st, layout, false)?;
                 }
-                return Ok(());
+                return Ok(bytes.len());
             }
             self.send_staged(st, layout, false)?;
         }
+        let Some(epoch) = self.charge(st, server, bytes.len() as u64) else {
+            return self.write_waited(st, layout, offset, bytes);
+        };
         if bytes.len() >= self.chunk {
             let mut buf = self.buffer(st, bytes.len());
             buf.extend_from_slice(bytes);
-            return self.send(st, layout, offset, buf, false);
+            self.send(st, layout, offset, buf, false, epoch)?;
+            return Ok(bytes.len());
         }
         let mut buf = self.buffer(st, STAGE_START.max(bytes.len()));
         buf.extend_from_slice(bytes);
-        st.staged = Some(Staged { offset, data: buf });
-        Ok(())
+        st.staged = Some(Staged {
+            offset,
+            data: buf,
+            epoch,
+        });
+        Ok(bytes.len())
+    }
+
+    /// Charge `n` bytes to the grant of `server`, first collecting the replies of
+    /// writes in flight to it (each may top the grant up): the epoch charged, or None
+    /// when the grant cannot cover them.
+    fn charge(&self, st: &mut State, server: ServerIndex, n: u64) -> Option<u64> {
+        loop {
+            if let Some(epoch) = self.grants.charge(server, n) {
+                return Some(epoch);
+            }
+            if !st.inflight.iter().any(|f| f.server == server) {
+                return None;
+            }
+            self.reap_one(st);
+        }
+    }
+
+    /// Charge `n` bytes to the grant of `server` only if it is still session `epoch`'s
+    /// (a staged run is charged to one session).
+    fn charge_to(&self, server: ServerIndex, n: u64, epoch: u64) -> bool {
+        if n == 0 {
+            return true;
+        }
+        match self.grants.charge(server, n) {
+            Some(e) if e == epoch => true,
+            Some(e) => {
+                // Another session's grant: put it back, the run goes out first.
+                self.grants.credit(server, e, n);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Send a write the grant does not cover and wait for it: the server stores it,
+    /// or the part of it that fits (the count returned), or refuses it (ENOSPC). Its
+    /// reply tops the grant up, so the writes after it go behind again.
+    fn write_waited(
+        &self,
+        st: &mut State,
+        layout: &Layout,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<usize, Errno> {
+        let end = offset + bytes.len() as u64;
+        while st.inflight.iter().any(|f| f.offset < end && offset < f.end) {
+            self.reap_one(st);
+        }
+        let (stripe, within) = layout.locate(offset);
+        let server = layout.server_of(stripe);
+        // What is left of the grant pays for a part; the server fits the rest.
+        let (grant_epoch, charged) = self
+            .grants
+            .charge_upto(server, bytes.len() as u64)
+            .unwrap_or((0, 0));
+        let req = WriteReq {
+            ino: self.ino,
+            stripe: stripe.0,
+            offset: within,
+            sync: false,
+            grant_epoch,
+            charged: charged as u32,
+        };
+        tracing::debug!(ino = %self.ino, offset, len = bytes.len(), charged, "write not covered by the grant: waited for");
+        let reply = self.inst.server(server)?.call_bulk(&req, bytes)?;
+        self.grants.credit(server, reply.grant_epoch, reply.granted);
+        let n = (reply.written as usize).min(bytes.len());
+        if n == 0 {
+            return Err(Errno::ENOSPC);
+        }
+        st.acked_end = st.acked_end.max(offset + n as u64);
+        st.size_stale = true;
+        merge_servers(&mut st.unsynced, &[server]);
+        Ok(n)
     }
 
     /// An empty buffer with room for `want` bytes, reused when one is spare.
@@ -228,13 +374,14 @@ impl WriteBack {
 
     fn send_staged(&self, st: &mut State, layout: &Layout, sync: bool) -> Result<(), Errno> {
         match st.staged.take() {
-            Some(s) => self.send(st, layout, s.offset, s.data, sync),
+            Some(s) => self.send(st, layout, s.offset, s.data, sync, s.epoch),
             None => Ok(()),
         }
     }
 
-    /// Send one write RPC (within one stripe), first waiting for whatever overlaps it
-    /// and, past the budget, for the oldest writes.
+    /// Send one write RPC (within one stripe), all of it charged to the grant of
+    /// session `epoch`, first waiting for whatever overlaps it and, past the budget,
+    /// for the oldest writes.
     fn send(
         &self,
         st: &mut State,
@@ -242,6 +389,7 @@ impl WriteBack {
         offset: u64,
         data: Vec<u8>,
         sync: bool,
+        epoch: u64,
     ) -> Result<(), Errno> {
         let end = offset + data.len() as u64;
         while st.inflight.iter().any(|f| f.offset < end && offset < f.end) {
@@ -261,6 +409,8 @@ impl WriteBack {
             stripe: stripe.0,
             offset: within,
             sync,
+            grant_epoch: epoch,
+            charged: data.len() as u32,
         };
         st.inflight_bytes += data.len();
         st.size_stale = true;
@@ -281,18 +431,48 @@ impl WriteBack {
             return;
         };
         let (result, buf) = f.call.wait();
-        st.inflight_bytes -= buf.len();
+        let len = buf.len();
+        st.inflight_bytes -= len;
         if st.spare.len() < SPARE_BUFFERS && buf.capacity() >= self.chunk {
             st.spare.push(buf);
         }
         match result {
-            Ok(_) if f.sync => {}
-            Ok(_) => merge_servers(&mut st.unsynced, &[f.server]),
-            Err(e) => {
-                tracing::warn!(ino = %self.ino, "write-behind failed: {e}");
-                st.error.get_or_insert(e);
+            Ok(r) => {
+                self.grants.credit(f.server, r.grant_epoch, r.granted);
+                let n = (r.written as usize).min(len);
+                if n > 0 {
+                    st.acked_end = st.acked_end.max(f.offset + n as u64);
+                    if !f.sync || n < len {
+                        merge_servers(&mut st.unsynced, &[f.server]);
+                    }
+                }
+                if n < len {
+                    // Only a resend charged to a grant that died with its connection
+                    // can find the fragment full.
+                    self.lost(st, f.offset + n as u64, Errno::ENOSPC);
+                }
             }
+            Err(e) => self.lost(st, f.offset, e),
         }
+    }
+
+    /// A write behind failed from byte `at`: remember the error for the caller's next
+    /// write, flush or fsync, take the file's end back to what the servers hold (or
+    /// what is still on its way to them), and have the kernel drop what it cached of
+    /// the file, so that the writer reads the same bytes as everyone else.
+    fn lost(&self, st: &mut State, at: u64, e: Errno) {
+        tracing::warn!(ino = %self.ino, at, "write-behind failed: {e}");
+        st.error.get_or_insert(e);
+        let pending = st
+            .inflight
+            .iter()
+            .map(|f| f.end)
+            .chain(st.staged.as_ref().map(Staged::end))
+            .max()
+            .unwrap_or(0);
+        let end = st.acked_end.max(pending);
+        self.set_end(st, end);
+        (self.lost)(self.ino);
     }
 
     fn reap_all(&self, st: &mut State) {
@@ -332,7 +512,10 @@ impl WriteBack {
             .staged
             .as_ref()
             .map(|s| layout.server_of(layout.locate(s.offset).0));
-        let end = st.end;
+        // What the servers acknowledged, and the last run, which goes out beside the
+        // size: it is charged to a grant, so only a broken connection or an I/O error
+        // can still lose it (then the size is cut back below).
+        let end = st.acked_end.max(st.staged.as_ref().map_or(0, Staged::end));
         let wrote = staged_server.is_some() || st.size_stale;
         let meta_durable = durable && st.durable_size != Some(end);
         let tell_home = wrote || meta_durable;
@@ -369,6 +552,11 @@ impl WriteBack {
         if synced.is_err() || written.is_err() {
             merge_servers(&mut st.unsynced, &unsynced);
         }
+        if written.is_err() {
+            if let Some(Ok(a)) = &size_reply {
+                self.cut_back(st, end, a.attr.size);
+            }
+        }
         let attr = match size_reply {
             None => None,
             Some(Ok(a)) => {
@@ -389,6 +577,25 @@ impl WriteBack {
         Ok(attr)
     }
 
+    /// The home was told size `told` (and now holds `now`) beside a last run that was
+    /// lost: if that set the size past what the servers hold, cut it back. Not when
+    /// the home's size is another's (it already held more than we told).
+    fn cut_back(&self, st: &mut State, told: u64, now: u64) {
+        if now != told || told <= st.acked_end {
+            return;
+        }
+        let mut req = SetAttrReq::of(self.ino);
+        req.valid = setattr::SIZE;
+        req.size = st.acked_end;
+        match self.inst.setattr(req) {
+            Ok(_) => st.durable_size = None,
+            Err(e) => {
+                tracing::error!(ino = %self.ino, "cannot cut the size back to {}: {e}", st.acked_end);
+            }
+        }
+        (self.lost)(self.ino);
+    }
+
     /// The file's stripe geometry changed (it had no data yet).
     pub fn relayout(&self, attr: &Attr) {
         *self.layout.lock().unwrap_or_else(|e| e.into_inner()) = self.inst.layout(attr);
@@ -397,6 +604,7 @@ impl WriteBack {
     /// The file was truncated to `size` (after a flush): forget what lay beyond.
     pub fn truncated(&self, size: u64) {
         let mut st = self.lock();
+        st.acked_end = size;
         self.set_end(&mut st, size);
         st.durable_size = None;
     }
@@ -406,6 +614,7 @@ impl WriteBack {
     pub fn reset_end(&self, size: u64) {
         if let Ok(mut st) = self.st.try_lock() {
             if st.staged.is_none() && st.inflight.is_empty() {
+                st.acked_end = size;
                 self.set_end(&mut st, size);
             }
         }
@@ -428,7 +637,19 @@ mod tests {
         Staged {
             offset,
             data: data.to_vec(),
+            epoch: 1,
         }
+    }
+
+    #[test]
+    fn growth_is_what_a_merge_must_charge() {
+        let s = staged(10, b"abcdef");
+        assert_eq!(s.growth(12, 2), 0, "inside the run: already charged");
+        assert_eq!(s.growth(14, 4), 2);
+        assert_eq!(s.growth(16, 3), 3);
+        assert!(s.fits(16, 3, 100));
+        assert!(!s.fits(17, 1, 100), "a gap");
+        assert!(!s.fits(9, 1, 100), "before the run");
     }
 
     #[test]

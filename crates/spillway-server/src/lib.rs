@@ -8,6 +8,7 @@
 //! * `meta`     — the metadata store (SQLite).
 //! * `data`     — the stripe store (files, index, fd cache).
 //! * `purge`    — the thread deleting the data of purged inodes.
+//! * `locks`    — fcntl/OFD/flock locks of the inodes homed here, per client session.
 //! * `stage`    — the stage engine: copies between the PFS and instances
 //!   (docs/staging.md).
 //! * `auth`, `names`, `error`, `signals` — credentials, name checks, the error type,
@@ -17,6 +18,7 @@ mod auth;
 mod data;
 mod error;
 mod fragment;
+mod locks;
 mod meta;
 mod names;
 mod purge;
@@ -100,6 +102,8 @@ pub fn start_in_process(
             Ok(n) => tracing::info!(instance = f.config.instance, "purging {n} orphaned inodes"),
             Err(e) => tracing::warn!(instance = f.config.instance, "cannot list orphans: {e}"),
         }
+        // Temporaries of stage-outs this server coordinated when it stopped.
+        stage::clean_leftovers(&f);
     }
     // Also resumes the purges a previous run left pending.
     let purger = purge::Purger::start(registry.clone(), waker, doorbell)

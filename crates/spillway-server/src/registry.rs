@@ -101,7 +101,22 @@ impl Registry {
                 Err(fs(Errno::EEXIST))
             };
         }
-        let f = Fragment::create(&self.dir, req, &self.env)?;
+        let f = match Fragment::create(&self.dir, req, &self.env) {
+            Ok(f) => f,
+            Err(e) => {
+                // What the create assembled (`.<instance>.creating`, as `load` knows it)
+                // only takes space, and a full disk is the likely cause: removed now,
+                // not at the next start.
+                let partial = self.dir.join(format!(".{}.creating", req.instance));
+                if let Err(rm) = std::fs::remove_dir_all(&partial) {
+                    if rm.kind() != std::io::ErrorKind::NotFound {
+                        tracing::warn!("cannot remove {}: {rm}", partial.display());
+                    }
+                }
+                tracing::error!(instance = req.instance, "cannot create the fragment: {e}");
+                return Err(e);
+            }
+        };
         tracing::info!(
             instance = req.instance,
             index = req.index,

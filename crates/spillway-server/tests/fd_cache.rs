@@ -34,6 +34,8 @@ fn writing_5000_files_keeps_fds_bounded() {
                     stripe: 0,
                     offset: 0,
                     sync: false,
+                    grant_epoch: 0,
+                    charged: 0,
                 },
                 &[i as u8; 4096],
             )

@@ -42,6 +42,8 @@ fn samples(ino: InodeNo) -> Vec<(u16, Vec<u8>)> {
         stripe: 1,
         offset: 10,
         sync: false,
+        grant_epoch: 0,
+        charged: 0,
     }
     .to_bytes();
     write.extend_from_slice(b"some bulk data");
@@ -95,6 +97,7 @@ fn samples(ino: InodeNo) -> Vec<(u16, Vec<u8>)> {
             stripe_size: 4096,
             stripe_width: 2,
             open: false,
+            xattrs: Vec::new(),
         }),
         req(RemoveEntryReq {
             parent: ROOT,

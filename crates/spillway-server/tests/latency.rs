@@ -45,6 +45,8 @@ fn print_request_latencies() {
             stripe: 0,
             offset: (i % 256) * 4096,
             sync: false,
+            grant_epoch: 0,
+            charged: 0,
         };
         c.at(0).call_bulk(&req, &buf).unwrap();
     }

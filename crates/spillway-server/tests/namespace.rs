@@ -278,6 +278,7 @@ fn attributes_links_symlinks_xattrs() {
         stripe_size: 0,
         stripe_width: 0,
         open: false,
+        xattrs: Vec::new(),
     };
     let s = c.call_entry(root(), b"link", &req).unwrap().attr;
     assert_eq!(s.size, target.len() as u64);

@@ -487,15 +487,24 @@ impl Instance {
                     stripe: stripe.0,
                     offset: within,
                     sync,
+                    grant_epoch: 0,
+                    charged: 0,
                 };
-                calls.push(self.server(server)?.start(&req, chunk));
+                calls.push((self.server(server)?.start(&req, chunk), n));
                 pos += n as usize;
             }
         }
         let mut first_err = None;
-        for call in calls {
-            if let Err(e) = call.wait() {
-                first_err.get_or_insert(e);
+        for (call, n) in calls {
+            match call.wait() {
+                // Not charged to a grant: a full fragment stores only what fits.
+                Ok(r) if r.written < n => {
+                    first_err.get_or_insert(Errno::ENOSPC);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
             }
         }
         match first_err {

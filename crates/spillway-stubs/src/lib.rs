@@ -5,5 +5,7 @@
 //! a peer.
 
 pub mod instance;
+pub mod locks;
+pub mod sparse;
 
 pub use instance::Instance;

@@ -126,4 +126,8 @@ pub struct Attr {
     pub stripe_size: u32,
     /// How many servers the file's stripes rotate over (at most the instance's count).
     pub stripe_width: u16,
+    /// Space the file's stripes occupy on the servers, in 512-byte units (`st_blocks`),
+    /// as the servers last reported it to the home (docs/data-plane.md, "Allocation").
+    /// 0 for kinds without data.
+    pub blocks: u64,
 }

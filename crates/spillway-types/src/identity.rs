@@ -240,11 +240,15 @@ impl Drop for Worn {
         sys_setfsgid(self.fsgid);
         // A thread left with another user's credentials must not serve anything else.
         if let Err(e) = sys_setgroups(&self.groups) {
-            eprintln!("cannot restore the thread's groups: {e}; aborting");
+            // Not eprintln!: it panics if stderr cannot be written, and a panic would
+            // unwind with the other user's credentials instead of aborting.
+            crate::logging::stderr_line(&format!(
+                "cannot restore the thread's groups: {e}; aborting"
+            ));
             std::process::abort();
         }
         if sys_setfsuid(u32::MAX) != self.fsuid {
-            eprintln!("cannot restore the thread's filesystem uid; aborting");
+            crate::logging::stderr_line("cannot restore the thread's filesystem uid; aborting");
             std::process::abort();
         }
     }

@@ -1,8 +1,9 @@
 //! Types every Spillway component shares: typed ids, file attributes, the instance
 //! descriptor handed to clients, client capabilities, stage tickets, and the
 //! tunables; and the one way small files (keys, secrets, descriptors) are written and
-//! private state is kept private (`files`).
+//! private state is kept private (`files`); logging that never fails (`logging`).
 
+pub mod acl;
 pub mod attr;
 pub mod capability;
 pub mod descriptor;
@@ -10,6 +11,7 @@ pub mod errno;
 pub mod files;
 pub mod identity;
 pub mod ids;
+pub mod logging;
 pub mod peer;
 pub mod rlimit;
 mod signed;

@@ -45,6 +45,17 @@ pub struct Tunables {
     pub writeback_inflight: usize,
     /// Small contiguous writes are gathered up to this many bytes per write RPC.
     pub writeback_chunk: usize,
+    /// Servers: most bytes of free capacity promised to one client connection (its
+    /// space grant, docs/data-plane.md "Space grants"). A client writes behind only
+    /// what its grant covers; past it, each write waits for the server's answer. Twice
+    /// `writeback_per_file`, so that one streaming writer never waits for grant.
+    pub grant_per_connection: u64,
+    /// Servers: free space of the file system under a fragment never promised in
+    /// grants (room for metadata and for what the page cache has not allocated yet).
+    pub grant_disk_reserve: u64,
+    /// Clients: a grant not drawn on for this long is given back to its server, so
+    /// that idle clients do not hold space others need.
+    pub grant_idle: Duration,
     /// Largest kernel read/write request.
     pub max_write: u32,
     /// Kernel readahead window.
@@ -85,6 +96,9 @@ impl Default for Tunables {
             writeback_per_file: 32 << 20,
             writeback_inflight: 64,
             writeback_chunk: 1 << 20,
+            grant_per_connection: 64 << 20,
+            grant_disk_reserve: 32 << 20,
+            grant_idle: Duration::from_secs(2),
             max_write: 1 << 20,
             max_readahead: 4 << 20,
             readdir_page: 1024,
@@ -127,6 +141,9 @@ impl Tunables {
                 "writeback_chunk" => {
                     self.writeback_chunk = (num()? as usize).clamp(4096, MAX_STRIPE_SIZE as usize)
                 }
+                "grant_per_connection" => self.grant_per_connection = num()?,
+                "grant_disk_reserve" => self.grant_disk_reserve = num()?,
+                "grant_idle_ms" => self.grant_idle = Duration::from_millis(num()?),
                 "max_write" => self.max_write = num()?.clamp(4096, 1 << 20) as u32,
                 "max_readahead" => self.max_readahead = num()?.clamp(4096, 64 << 20) as u32,
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,

@@ -295,6 +295,7 @@ impl Wire for Attr {
         self.ctime.enc(e);
         e.u32(self.stripe_size);
         e.u16(self.stripe_width);
+        e.u64(self.blocks);
     }
     fn dec(d: &mut Dec<'_>) -> Result<Self, WireError> {
         Ok(Attr {
@@ -311,6 +312,7 @@ impl Wire for Attr {
             ctime: Timespec::dec(d)?,
             stripe_size: d.u32()?,
             stripe_width: d.u16()?,
+            blocks: d.u64()?,
         })
     }
 }
@@ -376,6 +378,7 @@ mod tests {
             ctime: Timespec::default(),
             stripe_size: 8 << 20,
             stripe_width: 3,
+            blocks: 1 << 31,
         };
         assert_eq!(Attr::from_bytes(&a.to_bytes()).unwrap(), a);
     }

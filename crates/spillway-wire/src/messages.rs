@@ -57,6 +57,10 @@ pub mod rename_flags {
 pub mod xattr_flags {
     pub const CREATE: u32 = 1;
     pub const REPLACE: u32 = 2;
+    /// Setting `system.posix_acl_access` clears the set-group-ID bit: the caller is
+    /// neither in the file's group nor has CAP_FSETID (the kernel's
+    /// FUSE_SETXATTR_ACL_KILL_SGID, decided by the client as fuser lacks SETXATTR_EXT).
+    pub const ACL_KILL_SGID: u32 = 4;
 }
 
 /// `RemoveEntryReq::want` values.
@@ -185,7 +189,17 @@ wire_struct!(CreateReq {
     stripe_width: u16,
     /// Also open the new inode for this connection (create + open in one round trip).
     open: bool,
+    /// Extended attributes the inode is created with, in the same transaction: the
+    /// POSIX ACLs it inherits from its directory's default ACL (docs/data-plane.md).
+    xattrs: Vec<Xattr>,
 });
+wire_struct!(
+    /// One extended attribute (name, value).
+    Xattr {
+        name: Vec<u8>,
+        value: Vec<u8>
+    }
+);
 wire_struct!(RemoveEntryReq { parent: InodeNo, name: Vec<u8>, want: u8 });
 wire_struct!(RemoveEntryReply { removed: EntryRef });
 wire_struct!(InsertEntryReq {
@@ -277,9 +291,24 @@ wire_struct!(
 wire_struct!(
     /// Followed by the data itself as bulk (the rest of the frame).
     /// `sync`: fdatasync this file's dirty stripes on this server before replying.
-    WriteReq { ino: InodeNo, stripe: u64, offset: u32, sync: bool }
+    /// `charged`: bytes the client took for this write from its space grant of the
+    /// session `grant_epoch` (docs/data-plane.md, "Space grants"); 0 for a write the
+    /// client waits for, which the server fits into free space or refuses (a shorter
+    /// `written` when only a prefix fits).
+    WriteReq {
+        ino: InodeNo,
+        stripe: u64,
+        offset: u32,
+        sync: bool,
+        grant_epoch: u64,
+        charged: u32,
+    }
 );
-wire_struct!(WriteReply { written: u32 });
+wire_struct!(
+    /// `written` may be less than the data sent when the fragment is full. `granted`:
+    /// bytes newly added to the grant of session `grant_epoch` (this connection's).
+    WriteReply { written: u32, grant_epoch: u64, granted: u64 }
+);
 wire_struct!(
     /// Reply body is the data itself (bulk); shorter than `len` past the stripe's end.
     ReadReq { ino: InodeNo, stripe: u64, offset: u32, len: u32 }
@@ -297,6 +326,122 @@ wire_struct!(StripeLen {
     len: u64
 });
 wire_struct!(StripeInfoReply { stripes: Vec<StripeLen> });
+wire_struct!(
+    /// Give back `bytes` of this connection's space grant (a client gone idle). Only
+    /// a grant of session `grant_epoch` is returned: after a reconnect it is a no-op.
+    GrantReleaseReq { grant_epoch: u64, bytes: u64 }
+);
+
+// ---- sparse files: fallocate, SEEK_DATA/SEEK_HOLE, allocation reports (opcodes 100-109)
+/// `FallocateDataReq::mode`: what to do with the range on this server's stripes.
+pub mod falloc_mode {
+    /// Allocate (FALLOC_FL_KEEP_SIZE or not: the file's size is the home's business).
+    pub const ALLOCATE: u8 = 0;
+    /// Deallocate: the range reads as zeros and frees its space.
+    pub const PUNCH: u8 = 1;
+    /// Zero the range and leave it allocated.
+    pub const ZERO: u8 = 2;
+}
+wire_struct!(
+    /// Apply a fallocate to the stripes this server holds in `[offset, offset+len)` of
+    /// the file (its layout from `stripe_size`, `stripe_width`). `check`: only answer
+    /// whether the space the range needs here is free (ENOSPC if not), change nothing.
+    FallocateDataReq {
+        ino: InodeNo,
+        stripe_size: u32,
+        stripe_width: u16,
+        offset: u64,
+        len: u64,
+        mode: u8,
+        check: bool
+    }
+);
+wire_struct!(
+    /// SEEK_DATA (`hole` false) or SEEK_HOLE over this server's stripes of the file:
+    /// the first such offset in `[offset, end)`, a stripe of this server that is not
+    /// stored counting as a hole.
+    SeekDataReq {
+        ino: InodeNo,
+        stripe_size: u32,
+        stripe_width: u16,
+        offset: u64,
+        end: u64,
+        hole: bool
+    }
+);
+wire_struct!(SeekDataReply { found: Option<u64> });
+wire_struct!(InoBytes {
+    ino: InodeNo,
+    bytes: u64
+});
+wire_struct!(
+    /// Peer role only: server `server` holds `bytes` of disk space of each inode's
+    /// stripes (absolute values, for inodes homed at the receiver).
+    AllocReportReq { server: u16, entries: Vec<InoBytes> }
+);
+
+// ---- locks: fcntl byte ranges, OFD locks, flock (opcodes 90-99, docs/data-plane.md) --
+/// `LockReq::class`: Linux keeps two lock spaces that never conflict with each other.
+pub mod lock_class {
+    /// fcntl byte-range locks (F_SETLK/F_SETLKW, OFD locks).
+    pub const POSIX: u8 = 0;
+    /// flock(2): whole-file locks of an open file description.
+    pub const FLOCK: u8 = 1;
+}
+/// `LockReq::kind`, `LockInfo::kind`.
+pub mod lock_kind {
+    pub const UNLOCK: u8 = 0;
+    pub const READ: u8 = 1;
+    pub const WRITE: u8 = 2;
+}
+/// A session holding locks must show life (any lock request or `LockRenew`) within this
+/// long, or its home drops its locks (a client machine that vanished without closing
+/// its connection).
+pub const LOCK_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+wire_struct!(
+    /// Set, change or remove (`kind` UNLOCK) `owner`'s lock on bytes `[start, end]`
+    /// (inclusive) of `ino`, at its home. A conflict answers EAGAIN, changing nothing
+    /// (flock: the owner's earlier lock is dropped first, as Linux does). `pid` is shown
+    /// to F_GETLK callers.
+    LockReq {
+        ino: InodeNo,
+        owner: u64,
+        class: u8,
+        kind: u8,
+        start: u64,
+        end: u64,
+        pid: u32
+    }
+);
+wire_struct!(
+    /// How many locks `owner` still holds on the inode in that class afterwards.
+    LockReply { held: u32 }
+);
+wire_struct!(
+    /// F_GETLK: the first lock of another owner that conflicts with `kind` on
+    /// `[start, end]`.
+    GetLkReq { ino: InodeNo, owner: u64, kind: u8, start: u64, end: u64 }
+);
+wire_struct!(LockInfo {
+    kind: u8,
+    start: u64,
+    end: u64,
+    pid: u32
+});
+wire_struct!(GetLkReply { conflict: Option<LockInfo> });
+wire_struct!(
+    /// Drop every lock of `owner` on `ino`: its POSIX locks (close: FUSE flush), its
+    /// flocks (last close of the open file description: FUSE release), or both.
+    UnlockOwnerReq { ino: InodeNo, owner: u64, posix: bool, flock: bool }
+);
+wire_struct!(
+    /// Keep this session's locks (see `LOCK_LEASE`).
+    LockRenewReq {}
+);
+wire_struct!(
+    /// `lost`: this session's locks were dropped since it last renewed (lease lapsed).
+    LockRenewReply { lost: bool, held: u32 }
+);
 
 // ---- staging (docs/staging.md) ------------------------------------------------------
 /// Which way a stage copies.
@@ -585,6 +730,16 @@ calls! {
     71 StageProgressReq -> StageProgressReply, true;
     72 StageCancelReq -> Empty, true;
     73 StageForgetReq -> Empty, true;
+    // Not resent after a lost connection: the session holding the locks is gone with it.
+    90 LockReq -> LockReply, false;
+    91 GetLkReq -> GetLkReply, true;
+    92 UnlockOwnerReq -> Empty, true;
+    93 LockRenewReq -> LockRenewReply, true;
+    // A resend lands on a new session, whose epoch differs: nothing is returned twice.
+    80 GrantReleaseReq -> Empty, true;
+    100 FallocateDataReq -> Empty, true;
+    101 SeekDataReq -> SeekDataReply, true;
+    102 AllocReportReq -> Empty, true;
 }
 
 impl Call for WriteReq {
@@ -628,6 +783,8 @@ mod tests {
             stripe: 2,
             offset: 7,
             sync: false,
+            grant_epoch: 9,
+            charged: 5,
         };
         let mut body = req.to_bytes();
         body.extend_from_slice(b"hello");

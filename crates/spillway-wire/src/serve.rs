@@ -119,7 +119,13 @@ impl Server {
                     .name(format!("worker-{i}"))
                     .spawn(move || {
                         while let Ok(job) = rx.recv() {
-                            job();
+                            // A job catches its handler's panic (`handle_caught`); this
+                            // keeps the pool whole should anything else in it panic.
+                            if let Err(p) =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                            {
+                                tracing::error!("worker job panicked: {}", panic_message(&*p));
+                            }
                         }
                     })?,
             );
@@ -271,6 +277,15 @@ impl std::io::Read for Deadline<'_> {
     }
 }
 
+/// Shuts a connection's socket down when dropped (see `connection`).
+struct ShutdownOnExit<'a>(&'a TcpStream);
+
+impl Drop for ShutdownOnExit<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(Shutdown::Both);
+    }
+}
+
 fn connection<S: Service>(
     stream: TcpStream,
     peer: SocketAddr,
@@ -278,6 +293,10 @@ fn connection<S: Service>(
     service: Arc<S>,
     pool: Sender<JobBox>,
 ) {
+    // However this thread ends (a return, or a panic unwinding), the socket is shut
+    // down: the accept thread holds a clone of it, so merely dropping ours would leave
+    // the peer waiting on a connection nobody serves.
+    let _shutdown = ShutdownOnExit(&stream);
     // The handshake: one small frame, a Hello request, all of it within the deadline.
     // Every early return shuts the socket down: the accept thread holds a clone of it,
     // so merely dropping ours would leave a stranger's connection open.
@@ -371,7 +390,7 @@ fn run_job<S: Service>(service: Arc<S>, job: Job<S>) {
             Ok(Request::HelloReq(_)) => Err(Errno::EPROTO),
             Ok(req) => {
                 let name = req.name();
-                let r = service.handle(&job.guard.session, req);
+                let r = handle_caught(&*service, &job.guard.session, req, name);
                 if let Err(e) = &r {
                     tracing::trace!(op = name, "-> {e}");
                 }
@@ -384,4 +403,132 @@ fn run_job<S: Service>(service: Arc<S>, job: Job<S>) {
         }
     };
     write_reply(&job.writer, h, reply);
+}
+
+/// One request's handler, a panic in it caught: the request is answered EIO and the
+/// connection (and the thread it runs on, often the connection's own) goes on serving.
+/// A panic that escaped here would end the connection's thread while the accept
+/// thread's clone keeps its socket open: the client would wait out its deadline on
+/// every call until the server restarted. (State a handler left half-changed is its
+/// stores' business: every lock in the server tolerates poisoning, and SQLite rolls
+/// back an unfinished transaction.)
+fn handle_caught<S: Service>(
+    service: &S,
+    session: &S::Session,
+    req: Request,
+    name: &'static str,
+) -> Result<Reply, Errno> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        service.handle(session, req)
+    })) {
+        Ok(r) => r,
+        Err(payload) => {
+            tracing::error!(
+                op = name,
+                "request handler panicked ({}): answered EIO",
+                panic_message(&*payload)
+            );
+            Err(Errno::EIO)
+        }
+    }
+}
+
+/// The message of a caught panic (`panic!` with a literal or a formatted string).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&'static str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "a non-string payload"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conn::Endpoint;
+    use crate::messages::{ServerStatusReply, ServerStatusReq};
+    use crate::PROTOCOL_VERSION;
+
+    /// A service whose handler panics on every other request: inline (on the
+    /// connection's thread) or in the pool, as `inline` says.
+    struct Panicky {
+        inline: bool,
+        calls: std::sync::atomic::AtomicU64,
+    }
+
+    impl Service for Panicky {
+        type Session = ();
+        fn hello(&self, _req: &HelloReq, _peer: SocketAddr) -> Result<(HelloReply, ()), Errno> {
+            let reply = HelloReply {
+                version: PROTOCOL_VERSION,
+                server_index: 0,
+                server_count: 1,
+            };
+            Ok((reply, ()))
+        }
+        fn handle(&self, _s: &(), _req: Request) -> Result<Reply, Errno> {
+            if self.calls.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
+                panic!("handler failure on an I/O error");
+            }
+            Ok(Reply::of(&ServerStatusReply {
+                capacity: 1,
+                free: 2,
+                allocated: 3,
+                fragments: 4,
+            }))
+        }
+        fn runs_inline(&self, _opcode: u16, _body: &[u8]) -> bool {
+            self.inline
+        }
+        fn closed(&self, _s: &()) {}
+    }
+
+    /// A handler that panics costs its request (EIO), never the connection or the
+    /// worker: the next calls on the same connection are answered at once.
+    #[test]
+    fn a_panicking_handler_answers_eio_and_the_connection_lives_on() {
+        for inline in [true, false] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let service = Arc::new(Panicky {
+                inline,
+                calls: Default::default(),
+            });
+            // One worker: a worker that died with its job would leave none.
+            let mut server = Server::start(listener, service, 1).unwrap();
+            let hello = HelloReq {
+                version_min: PROTOCOL_VERSION,
+                version_max: PROTOCOL_VERSION,
+                role: 0,
+                instance: 0,
+                credential: Vec::new(),
+                peer_name: "test".into(),
+            };
+            let ep = Endpoint::new(
+                addr.to_string(),
+                hello,
+                Duration::from_secs(5),
+                Duration::ZERO,
+            );
+            let conn = ep.conn().unwrap();
+            for i in 0..6 {
+                let t = Instant::now();
+                let r = ep.call(&ServerStatusReq {});
+                assert!(
+                    t.elapsed() < Duration::from_secs(2),
+                    "inline {inline}: slow"
+                );
+                if i % 2 == 0 {
+                    assert_eq!(r.err(), Some(Errno::EIO), "inline {inline}, call {i}");
+                } else {
+                    assert_eq!(r.unwrap().fragments, 4, "inline {inline}, call {i}");
+                }
+            }
+            // Still the first connection: none was dropped and remade.
+            assert!(Arc::ptr_eq(&conn, &ep.conn().unwrap()));
+            server.stop();
+        }
+    }
 }

@@ -11,6 +11,7 @@
 mod args;
 mod owner;
 mod polls;
+mod stageouts;
 
 use owner::{destroyer, Destroyer};
 
@@ -133,6 +134,27 @@ fn script(call: &Call) -> Result<JobSpec, Error> {
     JobSpec::parse(&bytes).map_err(|e| Error(e.to_string()))
 }
 
+/// How long `job_process` asks the manager for the pools' sizes: it runs inside
+/// Slurm's submit RPC (`ValidateTimeout`, 5 s by default).
+const SUBMIT_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Refuse a job asking for more than its pool holds in total: Slurm would keep it
+/// pending forever (`BurstBufferResources`). The pools' sizes are two database reads
+/// of the manager; if it does not answer in time the job is let through (its script
+/// is valid; Slurm then keeps it waiting and `setup` says why).
+fn fits_pools(spec: &JobSpec) -> Result<(), Error> {
+    if spec.instance.is_none() && spec.create.is_empty() {
+        return Ok(());
+    }
+    let Ok(m) = client(None, SUBMIT_CHECK_TIMEOUT) else {
+        return Ok(());
+    };
+    match phases::fits::pool_totals(m.api()) {
+        Ok(pools) => phases::fits::check(spec, &pools).map_err(|e| Error(e.to_string())),
+        Err(_) => Ok(()),
+    }
+}
+
 fn uid(call: &Call, opt: &str) -> Result<u32, Error> {
     let v = call.need(opt)?;
     v.parse()
@@ -142,7 +164,8 @@ fn uid(call: &Call, opt: &str) -> Result<u32, Error> {
 fn dispatch(call: &Call) -> Result<Outcome, Error> {
     // Submit-time check: local only (it runs inside the submit RPC, 5 s).
     if call.function == "job_process" {
-        script(call)?;
+        let spec = script(call)?;
+        fits_pools(&spec)?;
         return Ok(Outcome::ok(""));
     }
     let m = manager()?;
@@ -187,7 +210,8 @@ fn dispatch(call: &Call) -> Result<Outcome, Error> {
         "teardown" => {
             let token = call.need("--token")?;
             let hurry = call.flag("--hurry");
-            let done = if token.bytes().all(|b| b.is_ascii_digit()) {
+            let job = token.bytes().all(|b| b.is_ascii_digit());
+            let done = if job {
                 // A job's own teardown: Slurm chose the token (the job id) and made the
                 // session for the job's user at setup.
                 phases::teardown(api, token, hurry)?
@@ -198,16 +222,36 @@ fn dispatch(call: &Call) -> Result<Outcome, Error> {
                     Destroyer::User(uid) => phases::teardown_for(api, token, hurry, uid)?,
                 }
             };
-            match done {
+            let (session, mut said) = match done {
                 Teardown::NotFound => {
-                    Outcome::ok(format!("token not found: No matching session for token {token}"))
+                    return Ok(Outcome::ok(format!(
+                        "token not found: No matching session for token {token}"
+                    )))
                 }
                 Teardown::Done { session, dropped } if dropped.is_empty() => {
-                    Outcome::ok(format!("session {session} torn down"))
+                    (session, format!("session {session} torn down"))
                 }
-                Teardown::Done { session, dropped } => Outcome::ok(format!(
+                Teardown::Done { session, dropped } => (session, format!(
                     "session {session} torn down; with --hurry, these stage-outs were dropped and their data did NOT reach the PFS: stages {dropped:?}"
                 )),
+            };
+            // A job's stage-out that did not reach the PFS fails the teardown once, so
+            // that Slurm marks the job (stageouts.rs); the session is gone already, so
+            // Slurm's retry answers `token not found` and the buffer is released.
+            let lost = if job {
+                stageouts::of_session(api, session)?
+            } else {
+                Vec::new()
+            };
+            if lost.is_empty() {
+                Outcome::ok(said)
+            } else {
+                said.push_str(&format!(
+                    "; {} stage-out(s) of the job did not complete, their destinations keep their old content or stay absent: {}",
+                    lost.len(),
+                    stageouts::describe(&lost)
+                ));
+                Outcome::fail(said)
             }
         }
         "create_persistent" => create_persistent(api, call)?,

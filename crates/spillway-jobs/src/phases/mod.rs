@@ -13,11 +13,15 @@
 //! | `post_run` | removes the activations; waits until every node unmounted (and so flushed) |
 //! | `data_out` | runs the stage-outs (the deferred ones activated) and waits for them |
 //! | `teardown` | destroys the session (with `hurry`, owed stage-outs are dropped and listed); waits until it is gone |
+//!
+//! `fits`: requests that can never be met (more than a pool holds), refused at submit.
 
+pub mod fits;
 mod lookup;
 mod mounts;
 mod persistent;
 mod setup;
+pub mod shown;
 mod stages;
 mod teardown;
 
@@ -63,6 +67,19 @@ impl fmt::Display for PhaseError {
 }
 
 impl std::error::Error for PhaseError {}
+
+impl PhaseError {
+    /// The manager could not be reached or failed inside (5xx): worth asking again
+    /// after a pause (it may be restarting). A refusal (4xx), a failed stage or mount,
+    /// or an answer of the wrong shape is not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            PhaseError::Api(ApiError::Unreachable { .. }) => true,
+            PhaseError::Api(ApiError::Status { status, .. }) => *status >= 500,
+            _ => false,
+        }
+    }
+}
 
 pub type PhaseResult<T> = Result<T, PhaseError>;
 

@@ -75,8 +75,9 @@ pub(super) fn ensure_stage(
     }
 }
 
-/// Wait for a stage to end; Ok when it completed, Failed naming the file and the reason.
-fn wait_stage(api: &ApiClient, id: u64, line: usize) -> PhaseResult<Stage> {
+/// Wait for a stage to end; Ok when it completed, Failed naming the file and the reason
+/// (paths as the script wrote them: `shown`).
+fn wait_stage(api: &ApiClient, id: u64, line: &StageLine) -> PhaseResult<Stage> {
     loop {
         let s: Stage = api.get(&format!("/dw/v1/stages/{id}?wait=30"))?;
         if !s.state.ended() {
@@ -85,20 +86,7 @@ fn wait_stage(api: &ApiClient, id: u64, line: usize) -> PhaseResult<Stage> {
         if s.state == StageState::Complete {
             return Ok(s);
         }
-        let why = match &s.error {
-            Some(e) => e.message.clone(),
-            None => format!("it ended {}", s.state.as_str()),
-        };
-        let c = match s.direction {
-            Dir::In => "stage_in",
-            Dir::Out => "stage_out",
-        };
-        return Err(PhaseError::Failed(format!(
-            "line {line}: {c} {} -> {}: stage {id} {}: {why}",
-            s.source,
-            s.destination,
-            s.state.as_str()
-        )));
+        return Err(PhaseError::Failed(super::shown::stage_failure(line, &s)));
     }
 }
 
@@ -142,10 +130,9 @@ pub fn data_in(api: &ApiClient, spec: &JobSpec, token: &str) -> PhaseResult<Stri
             wait_built(api, iid)?;
         }
         let want = stage_request(s, iid, job.session.owner, None);
-        let st = ensure_stage(api, &want, since)
-            .map_err(|e| PhaseError::Failed(format!("line {}: stage_in: {e}", s.line)))?;
+        let st = ensure_stage(api, &want, since).map_err(|e| in_line(e, s.line, "stage_in"))?;
         if let Some(st) = st {
-            started.push((st.id, s.line));
+            started.push((st.id, s));
         }
     }
     let done = wait_all(api, &started)?;
@@ -165,8 +152,7 @@ pub fn data_out(api: &ApiClient, spec: &JobSpec, token: &str) -> PhaseResult<Str
             Target::Persistent(_) => None,
         };
         let want = stage_request(s, iid, job.session.owner, when);
-        let st = ensure_stage(api, &want, since)
-            .map_err(|e| PhaseError::Failed(format!("line {}: stage_out: {e}", s.line)))?;
+        let st = ensure_stage(api, &want, since).map_err(|e| in_line(e, s.line, "stage_out"))?;
         let Some(mut st) = st else {
             revoked += 1;
             continue;
@@ -179,7 +165,7 @@ pub fn data_out(api: &ApiClient, spec: &JobSpec, token: &str) -> PhaseResult<Str
                 },
             )?;
         }
-        started.push((st.id, s.line));
+        started.push((st.id, s));
     }
     let done = wait_all(api, &started)?;
     let mut said = format!("staged out: {}", summary(&done));
@@ -189,7 +175,16 @@ pub fn data_out(api: &ApiClient, spec: &JobSpec, token: &str) -> PhaseResult<Str
     Ok(said)
 }
 
-fn wait_all(api: &ApiClient, started: &[(u64, usize)]) -> PhaseResult<Vec<Stage>> {
+/// An error of one stage line, naming the line; one the manager may get over (it
+/// restarting) stays what it is, so that `spillway run` can ask again.
+fn in_line(e: PhaseError, line: usize, c: &str) -> PhaseError {
+    if e.is_transient() {
+        return e;
+    }
+    PhaseError::Failed(format!("line {line}: {c}: {e}"))
+}
+
+fn wait_all(api: &ApiClient, started: &[(u64, &StageLine)]) -> PhaseResult<Vec<Stage>> {
     let mut done = Vec::new();
     let mut first_err = None;
     for &(id, line) in started {

@@ -3,6 +3,7 @@
 
 use super::*;
 use spillway_api::*;
+use stages::ECANCELED;
 
 const ROOTS: &[&str] = &["/pfs"];
 
@@ -599,7 +600,91 @@ fn terminate_and_path_actions() {
         db.stage_path_action(Viewer::Admin, i, &term).unwrap(),
         vec![f.id]
     );
-    assert_eq!(counts(&db, i, "/f", StageScope::File), (0, 0, 0, 0, false));
+    // No longer failed, and not forgotten: the path's latest stage was terminated.
+    assert_eq!(counts(&db, i, "/f", StageScope::File), (0, 0, 0, 0, true));
+    assert!(db
+        .stage_failures(Viewer::Admin, i, "", 10)
+        .unwrap()
+        .failures
+        .is_empty());
+}
+
+#[test]
+fn a_terminated_stage_is_the_latest_of_its_path_not_forgotten() {
+    let (mut db, _s, i) = built(0);
+    // A complete stage of /f, then a new one terminated while queued: the answer is
+    // about the new one (started, nothing complete), not EINVAL, not the old one.
+    let a = db
+        .create_stage(Viewer::Admin, 0, &file_in(i, "/pfs/f", "/f"), &roots())
+        .unwrap();
+    start_all(&mut db);
+    db.record_stage_progress(
+        a.id,
+        &progress(vec![ev("/f", FileState::Complete)], true, 1),
+    )
+    .unwrap();
+    db.record_stage_end(a.id, &StageEnd::Complete).unwrap();
+    assert_eq!(counts(&db, i, "/f", StageScope::File), (1, 0, 0, 0, true));
+    let b = db
+        .create_stage(Viewer::Admin, 0, &file_in(i, "/pfs/f", "/f"), &roots())
+        .unwrap();
+    let t = db
+        .stage_action(Viewer::Admin, b.id, StageAction::Terminate)
+        .unwrap();
+    assert_eq!(t.state, StageState::Terminated);
+    let e = t.error.expect("a terminated stage says what it left");
+    assert_eq!(e.errno, ECANCELED);
+    assert!(e.message.contains("before it started"), "{}", e.message);
+    assert_eq!(counts(&db, i, "/f", StageScope::File), (0, 0, 0, 0, true));
+    // A running stage-out terminated mid-copy: its pending record becomes terminated
+    // (dw_wait returns, dw_query says started), the complete one of another file stays.
+    let o = db
+        .create_stage(
+            Viewer::Admin,
+            0,
+            &NewStage {
+                pairs: vec![
+                    StagePair {
+                        source: "/o1".into(),
+                        destination: "/pfs/o1".into(),
+                    },
+                    StagePair {
+                        source: "/o2".into(),
+                        destination: "/pfs/o2".into(),
+                    },
+                ],
+                ..new_stage(i, StageDirection::Out, StageType::List, "", "")
+            },
+            &roots(),
+        )
+        .unwrap();
+    start_all(&mut db);
+    db.record_stage_progress(
+        o.id,
+        &progress(
+            vec![ev("/o1", FileState::Pending), ev("/o2", FileState::Pending)],
+            true,
+            2,
+        ),
+    )
+    .unwrap();
+    db.record_stage_progress(
+        o.id,
+        &progress(vec![ev("/o1", FileState::Complete)], true, 3),
+    )
+    .unwrap();
+    db.stage_action(Viewer::Admin, o.id, StageAction::Terminate)
+        .unwrap();
+    assert_eq!(counts(&db, i, "/o2", StageScope::File), (0, 1, 0, 0, true));
+    db.record_stage_end(o.id, &StageEnd::Terminated).unwrap();
+    assert_eq!(counts(&db, i, "/o1", StageScope::File), (1, 0, 0, 0, true));
+    assert_eq!(counts(&db, i, "/o2", StageScope::File), (0, 0, 0, 0, true));
+    let st = db.stage(Viewer::Admin, o.id).unwrap();
+    assert_eq!(st.state, StageState::Terminated);
+    assert!(
+        st.error.unwrap().message.contains("not put in place"),
+        "a stage-out terminated mid-copy says what it left on the PFS"
+    );
 }
 
 #[test]
@@ -685,7 +770,31 @@ fn hurry_drops_stage_outs_and_a_running_one_holds_until_its_cancel_is_confirmed(
         let st = db.stage(Viewer::Admin, *id).unwrap();
         assert_eq!(st.state, StageState::Dropped);
         assert!(st.finished > 0);
+        // Never silently: the stage says what the drop left.
+        let e = st.error.expect("a dropped stage says why");
+        assert_eq!(e.errno, ECANCELED);
+        assert!(
+            e.message.starts_with("dropped by a hurried teardown"),
+            "{}",
+            e.message
+        );
     }
+    assert!(db
+        .stage(Viewer::Admin, run.id)
+        .unwrap()
+        .error
+        .unwrap()
+        .message
+        .contains("while copying"));
+    assert!(db
+        .stage(Viewer::Admin, deferred.id)
+        .unwrap()
+        .error
+        .unwrap()
+        .message
+        .contains("before it was activated"));
+    // The paths' latest stage is the dropped one: started, nothing deferred.
+    assert_eq!(counts(&db, i, "/c", StageScope::File), (0, 0, 0, 0, true));
     db.destroy_session(Viewer::User(1000), s).unwrap();
     db.advance().unwrap();
     // The running one is cancelled on its coordinator, which holds the fragments...

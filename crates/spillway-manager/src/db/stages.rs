@@ -23,6 +23,8 @@ pub const MAX_PAIRS: usize = 100_000;
 
 /// errno values the manager itself records.
 pub const EIO: i32 = 5;
+/// A stage terminated or dropped before its end (Linux's ECANCELED).
+pub const ECANCELED: i32 = 125;
 
 /// A path as the API takes it: absolute, at most 4096 bytes, no NUL, components of at
 /// most 255 bytes and none `..`. Repeated and trailing slashes and `.` are dropped.
@@ -469,8 +471,85 @@ fn stage_path(conn: &Connection, id: u64) -> DbResult<String> {
         .unwrap_or_default())
 }
 
+/// A stage ended before its files did (`terminated`, or `dropped` by hurry): its
+/// pending, deferred and failed records take that state, and every path the stage
+/// named gets such a record unless a newer stage (or this one's own outcome) holds it.
+/// So the path's newest record is about this, its latest stage: `dw_query_*` answers
+/// "started, nothing complete, pending, deferred or failed" and `dw_wait_*` returns,
+/// instead of forgetting the stage (EINVAL) or answering about an older one.
+fn end_records(tx: &Transaction, id: u64, state: &str) -> DbResult<()> {
+    tx.execute(
+        "UPDATE stage_files SET state = ?2, errno = 0, message = ''
+         WHERE stage = ?1 AND state IN ('pending', 'deferred', 'failed')",
+        params![id as i64, state],
+    )?;
+    let row: Option<(i64, String, String, String, String)> = tx
+        .query_row(
+            "SELECT instance, direction, source, destination, pairs FROM stages WHERE id = ?1",
+            [id as i64],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .optional()?;
+    let Some((instance, dir, source, destination, pairs)) = row else {
+        return Ok(());
+    };
+    let dir = StageDirection::parse(&dir).unwrap_or(StageDirection::In);
+    let pairs: Vec<StagePair> = serde_json::from_str(&pairs).unwrap_or_default();
+    let mut up = tx.prepare_cached(
+        "INSERT INTO stage_files(instance, path, stage, state, errno, message, bytes)
+         VALUES (?1, ?2, ?3, ?4, 0, '', 0)
+         ON CONFLICT(instance, path) DO UPDATE SET stage = excluded.stage,
+             state = excluded.state, errno = 0, message = '', bytes = 0
+         WHERE excluded.stage > stage_files.stage",
+    )?;
+    for path in instance_paths(dir, &source, &destination, &pairs) {
+        up.execute(params![instance, path, id as i64, state])?;
+    }
+    Ok(())
+}
+
+/// What a stage that ended early left, for its `error` (kept if it has one already):
+/// `how` is "terminated" or "dropped by a hurried teardown", `when` where it was.
+fn early_end_error(tx: &Transaction, id: u64, how: &str, was: StageState) -> DbResult<()> {
+    let row: Option<(String, i64)> = tx
+        .query_row(
+            "SELECT direction, files_done FROM stages WHERE id = ?1",
+            [id as i64],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some((dir, done)) = row else {
+        return Ok(());
+    };
+    let out = dir == "out";
+    let message = match (was, out) {
+        (StageState::Running, true) => format!(
+            "{how} while copying: {done} file(s) were complete and in place on the PFS; the \
+             others were not put in place (each such destination keeps its old content, or \
+             stays absent) and their temporaries were removed"
+        ),
+        (StageState::Running, false) => format!(
+            "{how} while copying: {done} file(s) were complete; files not complete in the \
+             instance hold whatever the copy had written"
+        ),
+        (StageState::Deferred, true) => {
+            format!("{how} before it was activated: nothing was written to the PFS")
+        }
+        _ if out => format!("{how} before it started: nothing was written to the PFS"),
+        _ => format!("{how} before it started: nothing was written to the instance"),
+    };
+    let path = stage_path(tx, id)?;
+    tx.execute(
+        "UPDATE stages SET error_path = ?2, error_errno = ?3, error_message = ?4
+         WHERE id = ?1 AND error_path IS NULL",
+        params![id as i64, path, ECANCELED, message],
+    )?;
+    Ok(())
+}
+
 /// End a queued or deferred stage now (`terminated`), or ask the coordinator to stop
-/// a running one. Terminating removes the stage's pending and failed records.
+/// a running one. Terminating turns the stage's pending and failed records into
+/// `terminated` ones (`end_records`).
 fn terminate_in(tx: &Transaction, id: u64, state: StageState) -> DbResult<()> {
     match state {
         StageState::Queued | StageState::Deferred => {
@@ -478,10 +557,8 @@ fn terminate_in(tx: &Transaction, id: u64, state: StageState) -> DbResult<()> {
                 "UPDATE stages SET state = 'terminated', finished = ?2 WHERE id = ?1",
                 params![id as i64, now()],
             )?;
-            tx.execute(
-                "DELETE FROM stage_files WHERE stage = ?1 AND state IN ('pending', 'failed', 'deferred')",
-                [id as i64],
-            )?;
+            end_records(tx, id, "terminated")?;
+            early_end_error(tx, id, "terminated", state)?;
         }
         StageState::Running => {
             tx.execute("UPDATE stages SET cancel = 1 WHERE id = ?1", [id as i64])?;
@@ -827,9 +904,11 @@ impl Db {
             match a.action {
                 StageAction::Terminate => {
                     terminate_in(&tx, *id, *state)?;
-                    // A terminate clears failures of the path even of ended stages.
+                    // A terminate clears failures of the path even of ended stages
+                    // (the file is then no longer a failed stage, as in DataWarp).
                     let sql = format!(
-                        "DELETE FROM stage_files WHERE stage = ?1 AND state IN ('pending', 'failed') AND {}",
+                        "UPDATE stage_files SET state = 'terminated', errno = 0, message = ''
+                         WHERE stage = ?1 AND state IN ('pending', 'failed') AND {}",
                         match a.scope {
                             StageScope::File => "path = ?2",
                             StageScope::Tree => "(path = ?2 OR substr(path, 1, length(?3)) = ?3)",
@@ -933,10 +1012,9 @@ impl Db {
                      WHERE id = ?1",
                     params![id, now(), state],
                 )?;
-                tx.execute(
-                    "DELETE FROM stage_files WHERE stage = ?1 AND state IN ('pending', 'deferred')",
-                    [id],
-                )?;
+                end_records(tx, id as u64, "dropped")?;
+                let was = StageState::parse(&state).unwrap_or(StageState::Queued);
+                early_end_error(tx, id as u64, "dropped by a hurried teardown", was)?;
                 dropped.push(id as u64);
             }
         }
@@ -1370,10 +1448,8 @@ impl Db {
                         "UPDATE stages SET state = 'terminated' WHERE id = ?1",
                         [id as i64],
                     )?;
-                    tx.execute(
-                        "DELETE FROM stage_files WHERE stage = ?1 AND state IN ('pending', 'failed')",
-                        [id as i64],
-                    )?;
+                    end_records(&tx, id, "terminated")?;
+                    early_end_error(&tx, id, "terminated", StageState::Running)?;
                 }
             }
         } else {

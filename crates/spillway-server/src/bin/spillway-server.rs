@@ -2,6 +2,7 @@
 
 use clap::Parser;
 use spillway_server::{run_server, ServerArgs};
+use spillway_types::logging::stderr_line;
 use spillway_types::Tunables;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,21 +28,18 @@ fn main() -> ExitCode {
     // Whatever the server creates is private unless it says otherwise.
     spillway_types::files::private_umask();
     let args = Args::parse();
-    let filter = match tracing_subscriber::EnvFilter::try_new(&args.log_level) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("spillway-server: bad --log-level {}: {e}", args.log_level);
-            return ExitCode::from(2);
-        }
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    // Logging that never panics: a full disk under the log must not kill the server.
+    if let Err(e) = spillway_types::logging::init(&args.log_level) {
+        stderr_line(&format!(
+            "spillway-server: bad --log-level {}: {e}",
+            args.log_level
+        ));
+        return ExitCode::from(2);
+    }
     let mut tunables = Tunables::default();
     if let Some(path) = &args.tunables {
         if let Err(e) = tunables.apply_file(path) {
-            eprintln!("spillway-server: {e}");
+            stderr_line(&format!("spillway-server: {e}"));
             return ExitCode::from(2);
         }
     }
@@ -52,7 +50,7 @@ fn main() -> ExitCode {
     }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("spillway-server: {e}");
+            stderr_line(&format!("spillway-server: {e}"));
             ExitCode::FAILURE
         }
     }

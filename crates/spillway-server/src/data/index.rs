@@ -1,6 +1,11 @@
-//! What stripes a fragment holds, their lengths, the fragment's used bytes, and which
-//! stripes were written since their last fdatasync. Pure bookkeeping, no I/O: rebuilt
-//! from a listing of `stripes/` at start.
+//! What stripes a fragment holds, their lengths, the fragment's used bytes, the bytes
+//! promised to clients as space grants (grants.rs), and which stripes were written
+//! since their last fdatasync. Pure bookkeeping, no I/O: rebuilt from a listing of
+//! `stripes/` at start (grants start at zero: they die with the connections).
+//!
+//! The invariant: `used + granted <= capacity` whenever space is claimed. Every
+//! reservation (a client's write, a stage-in, an allocation) is checked against what
+//! is neither used nor promised.
 
 use spillway_types::InodeNo;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -10,6 +15,8 @@ pub struct StripeMap {
     files: HashMap<InodeNo, BTreeMap<u64, u64>>,
     dirty: HashMap<InodeNo, BTreeSet<u64>>,
     used: u64,
+    /// Bytes promised to connections and not yet written (sum of their grants).
+    granted: u64,
 }
 
 /// Writing would take the fragment over its capacity.
@@ -19,6 +26,26 @@ pub struct NoSpace;
 impl StripeMap {
     pub fn used(&self) -> u64 {
         self.used
+    }
+
+    #[cfg(test)]
+    pub fn granted(&self) -> u64 {
+        self.granted
+    }
+
+    /// Bytes neither stored nor promised.
+    pub fn unpromised(&self, capacity: u64) -> u64 {
+        capacity.saturating_sub(self.used.saturating_add(self.granted))
+    }
+
+    /// Promise `n` more bytes (the caller checked `unpromised`).
+    pub fn add_granted(&mut self, n: u64) {
+        self.granted = self.granted.saturating_add(n);
+    }
+
+    /// `n` promised bytes are given back (or about to be claimed by a write).
+    pub fn sub_granted(&mut self, n: u64) {
+        self.granted = self.granted.saturating_sub(n);
     }
 
     pub fn len(&self, ino: InodeNo, stripe: u64) -> Option<u64> {
@@ -64,7 +91,8 @@ impl StripeMap {
     }
 
     /// Claim room for a write ending at byte `end` of the stripe: the stripe's length
-    /// becomes at least `end`, unless the growth would exceed `capacity`.
+    /// becomes at least `end`, unless the growth would exceed what is neither used
+    /// nor promised to a connection (`capacity - used - granted`).
     pub fn reserve(
         &mut self,
         ino: InodeNo,
@@ -74,11 +102,32 @@ impl StripeMap {
     ) -> Result<(), NoSpace> {
         let cur = self.len(ino, stripe).unwrap_or(0);
         let growth = end.saturating_sub(cur);
-        if self.used.saturating_add(growth) > capacity {
+        if growth > self.unpromised(capacity) {
             return Err(NoSpace);
         }
         self.set(ino, stripe, cur.max(end));
         Ok(())
+    }
+
+    /// Claim room for as much of a write of `[offset, end)` of the stripe as fits:
+    /// what overwrites the stored stripe, and growth up to the unpromised space.
+    /// Returns the end of the part claimed, always past `offset`; NoSpace when not
+    /// one byte fits.
+    pub fn reserve_prefix(
+        &mut self,
+        ino: InodeNo,
+        stripe: u64,
+        offset: u64,
+        end: u64,
+        capacity: u64,
+    ) -> Result<u64, NoSpace> {
+        let cur = self.len(ino, stripe).unwrap_or(0);
+        let fits = end.min(cur.saturating_add(self.unpromised(capacity)));
+        if fits <= offset {
+            return Err(NoSpace);
+        }
+        self.set(ino, stripe, cur.max(fits));
+        Ok(fits)
     }
 
     pub fn mark_dirty(&mut self, ino: InodeNo, stripe: u64) {
@@ -128,5 +177,43 @@ mod tests {
         m.mark_dirty(a, 5);
         assert_eq!(m.take_dirty(a), vec![5]);
         assert!(m.take_dirty(a).is_empty());
+    }
+
+    #[test]
+    fn grants_count_against_every_reservation() {
+        let mut m = StripeMap::default();
+        let a = InodeNo(1);
+        m.add_granted(60);
+        assert_eq!(m.unpromised(100), 40);
+        assert_eq!(
+            m.reserve(a, 0, 41, 100),
+            Err(NoSpace),
+            "the promise is kept"
+        );
+        assert_eq!(m.reserve(a, 0, 40, 100), Ok(()));
+        assert_eq!(m.unpromised(100), 0);
+        // A grant's owner turns its promise into stored bytes.
+        m.sub_granted(10);
+        assert_eq!(m.reserve(a, 0, 50, 100), Ok(()));
+        assert_eq!(m.used() + m.granted(), 100);
+        m.sub_granted(1000);
+        assert_eq!(m.granted(), 0, "never below zero");
+    }
+
+    #[test]
+    fn a_prefix_reservation_takes_what_fits() {
+        let mut m = StripeMap::default();
+        let a = InodeNo(1);
+        assert_eq!(m.reserve(a, 0, 80, 100), Ok(()));
+        // 20 bytes free: a write of [70, 130) keeps [70, 100).
+        assert_eq!(m.reserve_prefix(a, 0, 70, 130, 100), Ok(100));
+        assert_eq!(m.len(a, 0), Some(100));
+        // Full: an overwrite inside the stripe still fits, growth does not.
+        assert_eq!(m.reserve_prefix(a, 0, 10, 20, 100), Ok(20));
+        assert_eq!(m.reserve_prefix(a, 0, 90, 150, 100), Ok(100));
+        assert_eq!(m.reserve_prefix(a, 0, 100, 101, 100), Err(NoSpace));
+        assert_eq!(m.reserve_prefix(a, 1, 0, 1, 100), Err(NoSpace));
+        assert_eq!(m.len(a, 1), None, "a refused write claims nothing");
+        assert_eq!(m.used(), 100);
     }
 }

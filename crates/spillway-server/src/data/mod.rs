@@ -7,9 +7,15 @@
 //! take it exclusively, so a write can never recreate a stripe file that a concurrent
 //! delete is removing. The index mutex is held only for bookkeeping, never during I/O.
 
+mod allocs;
 mod fdcache;
+mod grants;
 mod index;
 mod naming;
+mod sparse;
+
+pub use allocs::Changed;
+pub use grants::{GrantAccount, GrantLimits};
 
 use crate::error::{fs, StoreError, StoreResult};
 use fdcache::FdCache;
@@ -35,6 +41,10 @@ pub struct DataStore {
     cache: FdCache,
     locks: Vec<RwLock<()>>,
     counters: Counters,
+    /// What changed of the stripes' disk allocation, to report to the homes (allocs.rs).
+    allocs: allocs::AllocTracker,
+    /// How much a connection may be promised (grants.rs).
+    grant_limits: GrantLimits,
 }
 
 /// Usage counters since the server started (libdatawarp's accounting).
@@ -63,7 +73,15 @@ impl DataStore {
             cache: FdCache::new(fd_cache_size),
             locks: (0..INODE_LOCKS).map(|_| RwLock::new(())).collect(),
             counters: Counters::default(),
+            allocs: allocs::AllocTracker::default(),
+            grant_limits: GrantLimits::default(),
         })
+    }
+
+    /// Set how much space connections may be promised (the server's tunables).
+    pub fn with_grant_limits(mut self, limits: GrantLimits) -> DataStore {
+        self.grant_limits = limits;
+        self
     }
 
     fn map(&self) -> MutexGuard<'_, StripeMap> {
@@ -142,7 +160,26 @@ impl DataStore {
             .open(naming::stripe_path(&self.dir, ino, stripe))
     }
 
+    /// Write all of `data` at `offset` of a stripe, or nothing (ENOSPC) when its
+    /// growth does not fit into the space neither used nor promised to a connection
+    /// (tests; requests go through `write_charged`).
+    #[cfg(test)]
     pub fn write(&self, ino: InodeNo, stripe: u64, offset: u32, data: &[u8]) -> StoreResult<u32> {
+        self.write_claimed(ino, stripe, offset, data, |map, end| {
+            map.reserve(ino, stripe, end, self.capacity).map(|()| end)
+        })
+    }
+
+    /// Write the part of `data` that `claim` reserves room for: `claim` gets the index
+    /// (locked) and the write's end, and returns the end it reserved, or NoSpace.
+    fn write_claimed(
+        &self,
+        ino: InodeNo,
+        stripe: u64,
+        offset: u32,
+        data: &[u8],
+        claim: impl FnOnce(&mut StripeMap, u64) -> Result<u64, index::NoSpace>,
+    ) -> StoreResult<u32> {
         let end = u64::from(offset) + data.len() as u64;
         if end > u64::from(MAX_STRIPE_SIZE) {
             return Err(fs(Errno::EINVAL));
@@ -151,9 +188,9 @@ impl DataStore {
             return Ok(0);
         }
         let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
-        self.map()
-            .reserve(ino, stripe, end, self.capacity)
-            .map_err(|_| fs(Errno::ENOSPC))?;
+        let claimed = claim(&mut self.map(), end).map_err(|_| fs(Errno::ENOSPC))?;
+        let n = (claimed.min(end) - u64::from(offset)) as usize;
+        let data = &data[..n];
         let written = self
             .file(ino, stripe, true)
             .and_then(|f| f.write_all_at(data, u64::from(offset)));
@@ -163,6 +200,7 @@ impl DataStore {
             return Err(e.into());
         }
         self.map().mark_dirty(ino, stripe);
+        self.allocs.mark_stripe(ino, stripe);
         self.note_written(data.len() as u64);
         Ok(data.len() as u32)
     }
@@ -266,6 +304,7 @@ impl DataStore {
         }
         let n = copied?;
         self.map().mark_dirty(ino, stripe);
+        self.allocs.mark_stripe(ino, stripe);
         self.note_written(n);
         Ok(n)
     }
@@ -339,6 +378,7 @@ impl DataStore {
             return Err(fs(Errno::EINVAL));
         }
         let _g = self.lock_of(ino).write().unwrap_or_else(|e| e.into_inner());
+        self.allocs.mark(ino);
         let stripes = self.map().stripes(ino);
         for (k, len) in stripes {
             match k.checked_mul(u64::from(stripe_size)) {
@@ -369,6 +409,7 @@ impl DataStore {
 
     pub fn delete(&self, ino: InodeNo) -> StoreResult<()> {
         let _g = self.lock_of(ino).write().unwrap_or_else(|e| e.into_inner());
+        self.allocs.forget(ino);
         let stripes = self.map().stripes(ino);
         for (k, _) in stripes {
             self.delete_stripe(ino, k)?;

@@ -8,6 +8,7 @@
 //! the last unlink racing the last close purges exactly once (each side writes its own
 //! state, then reads the other's, under the same lock).
 
+mod allocs;
 pub mod config;
 mod opens;
 mod peers;
@@ -68,6 +69,8 @@ pub struct Fragment {
     waker: PurgeWaker,
     /// This server's PFS roots (its tunables): the only PFS a stage may touch here.
     pub pfs_roots: Vec<String>,
+    /// Locks of the inodes homed here (crate::locks), held for client sessions.
+    pub locks: crate::locks::LockTable,
 }
 
 /// Directory 0700, every file of the fragment's own 0600 (the stripes' buckets and
@@ -141,9 +144,10 @@ impl Fragment {
             &dir.join(STRIPES_DIR),
             config.capacity,
             env.tunables.fd_cache_size,
-        )?;
+        )?
+        .with_grant_limits((&env.tunables).into());
         let t = &env.tunables;
-        Ok(Arc::new(Fragment {
+        let frag = Arc::new(Fragment {
             stats: FragmentStats::default(),
             peers: Peers::new(&config, t.rpc_deadline, t.reconnect_window),
             purge_peers: Peers::new(&config, t.rpc_deadline, Duration::ZERO),
@@ -155,7 +159,10 @@ impl Fragment {
             closed: AtomicBool::new(false),
             waker: env.waker.clone(),
             pfs_roots: env.tunables.pfs_roots.clone(),
-        }))
+            locks: crate::locks::LockTable::default(),
+        });
+        allocs::start(&frag);
+        Ok(frag)
     }
 
     /// The fragment's directory (its file system is what a stage-in syncs).
@@ -242,13 +249,29 @@ impl Fragment {
     /// its layout. Not only when shrinking below the stored size: the stored size may lag
     /// behind data a writer has not reported yet, and bytes past the new size must be
     /// gone whatever the stored size says.
+    /// A size change commits the size and the data in the order that never leaves a
+    /// size covering bytes that are gone: shrinking commits the new size first and then
+    /// cuts the stripes (when the metadata log cannot be written, e.g. on a full disk,
+    /// nothing has changed and the caller gets the error); growing cuts first (a no-op
+    /// on stripes wholly inside the old size) and commits after.
     pub fn set_attr(&self, req: &SetAttrReq) -> StoreResult<Attr> {
-        if req.valid & setattr::SIZE != 0 {
-            let cur = self.meta.get_attr(req.ino)?;
-            if cur.kind == FileKind::Regular {
-                self.truncate_everywhere(&cur, req.size)?;
-            }
+        if req.valid & setattr::SIZE == 0 {
+            return self.meta.set_attr(req);
         }
+        let cur = self.meta.get_attr(req.ino)?;
+        if cur.kind != FileKind::Regular {
+            return self.meta.set_attr(req);
+        }
+        if req.size < cur.size {
+            let attr = self.meta.set_attr(req)?;
+            // The size is committed; a server that could not cut its stripes keeps
+            // bytes past the end of file, which reads never return (they stop at the
+            // size) and the error tells the caller.
+            self.truncate_everywhere(&cur, req.size)?;
+            // Re-read: the truncation reported the stripes' new allocation (blocks).
+            return Ok(self.meta.get_attr(req.ino).unwrap_or(attr));
+        }
+        self.truncate_everywhere(&cur, req.size)?;
         self.meta.set_attr(req)
     }
 
@@ -267,6 +290,7 @@ impl Fragment {
         // Every server's truncation in flight at once, ours meanwhile.
         let calls: Vec<_> = endpoints.iter().map(|ep| ep.start(&req, &[])).collect();
         let local = self.data.truncate(a.ino, size, a.stripe_size);
+        self.report_after_change(a.ino);
         let mut first_err = local.err();
         for (call, s) in calls.into_iter().zip(&remote) {
             if let Err(e) = call.wait() {

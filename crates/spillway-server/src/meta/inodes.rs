@@ -87,6 +87,9 @@ impl MetaStore {
             let mut a = rows::get_inode(tx, req.ino)?.ok_or(fs(Errno::ENOENT))?;
             apply_setattr(&mut a, req, Timespec::now())?;
             rows::update_inode(tx, &a)?;
+            if req.valid & setattr::MODE != 0 {
+                super::xattrs::chmod_acl(tx, &a)?;
+            }
             Ok(a)
         })
     }
@@ -102,6 +105,9 @@ impl MetaStore {
                         .and_then(|mut a| {
                             apply_setattr(&mut a, req, now)?;
                             rows::update_inode(tx, &a)?;
+                            if req.valid & setattr::MODE != 0 {
+                                super::xattrs::chmod_acl(tx, &a)?;
+                            }
                             Ok(a)
                         });
                     match r {
@@ -152,6 +158,9 @@ impl MetaStore {
             }
             if grows || touch {
                 rows::update_inode(tx, &a)?;
+            }
+            if touch {
+                super::allocs::provisional_blocks(tx, &mut a)?;
             }
             Ok(a)
         })

@@ -9,7 +9,9 @@
 //! * `inodes`    — attributes: getattr, setattr, link counts, sizes, symlinks.
 //! * `xattrs`    — extended attributes.
 //! * `purges`    — the purge log of inodes whose data is being deleted.
+//! * `allocs`    — the servers' reports of what an inode's stripes occupy (`st_blocks`).
 
+mod allocs;
 mod inodes;
 mod namespace;
 mod purges;
@@ -21,7 +23,7 @@ pub use namespace::Home;
 pub use purges::PurgeRecord;
 pub use schema::RootSpec;
 
-use crate::error::{fs, StoreResult};
+use crate::error::{fs, StoreError, StoreResult};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use spillway_types::Errno;
 use std::path::{Path, PathBuf};
@@ -59,10 +61,20 @@ impl MetaStore {
     }
 
     /// Run `f` on the connection (no transaction: single statements are atomic).
+    /// A SQLite failure is classified with the OS errno behind it, so that a log or
+    /// database that cannot grow answers ENOSPC (`StoreError::from_sqlite`).
     fn with<R>(&self, f: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
         let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         let conn = guard.as_mut().ok_or(fs(Errno::ESTALE))?;
-        f(conn)
+        match f(conn) {
+            Err(StoreError::Db(e)) => {
+                // SAFETY: the handle is this open connection's, used under its lock;
+                // sqlite3_system_errno only reads a field of it.
+                let os = unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) };
+                Err(StoreError::from_sqlite(e, os))
+            }
+            r => r,
+        }
     }
 
     /// Run `f` in one write transaction, committed if `f` succeeds and rolled back
@@ -119,5 +131,7 @@ impl MetaStore {
     }
 }
 
+#[cfg(test)]
+mod acl_tests;
 #[cfg(test)]
 mod tests;

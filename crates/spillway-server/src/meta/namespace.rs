@@ -245,6 +245,8 @@ fn create_in(
     (target, stripe_size, stripe_width): (&[u8], u32, u16),
 ) -> StoreResult<Attr> {
     let count = home.count.max(1);
+    // The ACLs it inherits (and the mode they give), checked before anything is written.
+    let (mode, xattrs) = super::xattrs::initial(req)?;
     if rows::is_sealed(tx, req.parent)? {
         return Err(fs(Errno::ENOENT));
     }
@@ -262,7 +264,7 @@ fn create_in(
     let attr = Attr {
         ino: InodeNo::compose(home.index, counter),
         kind: req.kind,
-        mode: req.mode & 0o7777,
+        mode,
         nlink: if req.kind == FileKind::Directory {
             2
         } else {
@@ -277,8 +279,10 @@ fn create_in(
         ctime: now,
         stripe_size,
         stripe_width,
+        blocks: 0,
     };
     rows::insert_inode(tx, &attr, target)?;
+    super::xattrs::insert_initial(tx, attr.ino, &xattrs)?;
     rows::put_entry(
         tx,
         req.parent,

@@ -43,14 +43,14 @@ fn time_cols(what: &str, sec: i64, nsec: i64) -> StoreResult<Timespec> {
 
 const INODE_COLS: &str =
     "kind, mode, nlink, uid, gid, rdev, size, atime_s, atime_ns, mtime_s, mtime_ns, \
-                          ctime_s, ctime_ns, stripe_size, stripe_width";
+                          ctime_s, ctime_ns, stripe_size, stripe_width, blocks";
 
 /// The raw integers of an inode row, read inside rusqlite's row callback (which can
 /// only fail with rusqlite errors) and validated afterwards.
-struct RawInode([i64; 15]);
+struct RawInode([i64; 16]);
 
 fn raw_inode(r: &Row<'_>) -> rusqlite::Result<RawInode> {
-    let mut v = [0i64; 15];
+    let mut v = [0i64; 16];
     for (i, slot) in v.iter_mut().enumerate() {
         *slot = r.get(i)?;
     }
@@ -74,6 +74,7 @@ impl RawInode {
             ctime: time_cols("ctime_ns", v[11], v[12])?,
             stripe_size: u32_col("stripe_size", v[13])?,
             stripe_width: u16::try_from(v[14]).map_err(|_| corrupt("stripe_width", v[14]))?,
+            blocks: from_sql_u64(v[15]),
         })
     }
 }
@@ -96,7 +97,7 @@ pub fn get_target(c: &Connection, ino: InodeNo) -> StoreResult<Option<Vec<u8>>> 
 
 pub fn insert_inode(c: &Connection, a: &Attr, target: &[u8]) -> StoreResult<()> {
     c.prepare_cached(&format!(
-        "INSERT INTO inodes(ino, {INODE_COLS}, target) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"
+        "INSERT INTO inodes(ino, {INODE_COLS}, target) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"
     ))?
     .execute(params![
         ino_sql(a.ino),
@@ -115,6 +116,7 @@ pub fn insert_inode(c: &Connection, a: &Attr, target: &[u8]) -> StoreResult<()> 
         a.ctime.nsec,
         a.stripe_size,
         a.stripe_width,
+        sql_u64(a.blocks),
         target,
     ])?;
     Ok(())
@@ -166,6 +168,8 @@ pub fn delete_inode(c: &Connection, ino: InodeNo) -> StoreResult<()> {
     c.prepare_cached("DELETE FROM xattrs WHERE ino = ?1")?
         .execute(params![ino_sql(ino)])?;
     c.prepare_cached("DELETE FROM sealed WHERE ino = ?1")?
+        .execute(params![ino_sql(ino)])?;
+    c.prepare_cached("DELETE FROM allocs WHERE ino = ?1")?
         .execute(params![ino_sql(ino)])?;
     Ok(())
 }

@@ -7,7 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use spillway_types::{Attr, FileKind, Timespec, ROOT_INODE};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const DDL: &str = "
 CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -25,7 +25,8 @@ CREATE TABLE inodes(
     ctime_s INTEGER NOT NULL, ctime_ns INTEGER NOT NULL,
     stripe_size INTEGER NOT NULL,
     stripe_width INTEGER NOT NULL,
-    target BLOB NOT NULL
+    target BLOB NOT NULL,
+    blocks INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE dentries(
     parent INTEGER NOT NULL,
@@ -42,6 +43,16 @@ CREATE TABLE xattrs(
 ) WITHOUT ROWID;
 CREATE TABLE sealed(ino INTEGER PRIMARY KEY);
 CREATE TABLE purges(ino INTEGER PRIMARY KEY, stripe_size INTEGER NOT NULL, stripe_width INTEGER NOT NULL);
+CREATE TABLE allocs(ino INTEGER NOT NULL, server INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY(ino, server)) WITHOUT ROWID;
+";
+
+/// Version 1 to 2: the allocation of each inode's stripes (`inodes.blocks`, `allocs`).
+/// The values are filled in by the servers' reports, which every server sends for all
+/// its stripes when it starts (data-plane.md, "Allocation").
+const MIGRATE_1_TO_2: &str = "
+ALTER TABLE inodes ADD COLUMN blocks INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE allocs(ino INTEGER NOT NULL, server INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY(ino, server)) WITHOUT ROWID;
+UPDATE meta SET value = 2 WHERE key = 'schema_version';
 ";
 
 /// Owner and mode of a new instance's root directory.
@@ -103,7 +114,7 @@ pub fn open(path: &Path) -> StoreResult<Connection> {
     // An older version's 0644 database becomes 0600 before SQLite opens its WAL
     // (which takes the database's mode).
     spillway_types::files::make_private(path)?;
-    let conn = Connection::open(path)?;
+    let mut conn = Connection::open(path)?;
     configure(&conn)?;
     let version: Option<i64> = conn
         .query_row(
@@ -112,6 +123,16 @@ pub fn open(path: &Path) -> StoreResult<Connection> {
             |r| r.get(0),
         )
         .optional()?;
+    let version = match version {
+        Some(1) => {
+            let tx = conn.transaction()?;
+            tx.execute_batch(MIGRATE_1_TO_2)?;
+            tx.commit()?;
+            tracing::info!("{}: schema upgraded from version 1 to 2", path.display());
+            Some(2)
+        }
+        v => v,
+    };
     if version != Some(SCHEMA_VERSION) {
         return Err(StoreError::Corrupt(format!(
             "{}: schema version {version:?}, this server reads {SCHEMA_VERSION}",
@@ -137,6 +158,7 @@ pub fn insert_root(conn: &Connection, root: &RootSpec) -> StoreResult<()> {
         ctime: now,
         stripe_size: root.stripe_size,
         stripe_width: root.stripe_width,
+        blocks: 0,
     };
     rows::insert_inode(conn, &attr, &[])
 }

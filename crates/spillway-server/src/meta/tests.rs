@@ -46,6 +46,7 @@ fn create(m: &MetaStore, parent: InodeNo, name: &str, kind: FileKind) -> Result<
             stripe_size: 0,
             stripe_width: 0,
             open: false,
+            xattrs: Vec::new(),
         },
         HOME,
     )
@@ -442,6 +443,7 @@ fn survives_reopen_and_refuses_after_close() {
         stripe_size: 8192,
         stripe_width: 9,
         open: false,
+        xattrs: Vec::new(),
     };
     let a = m.create(&req, home).unwrap();
     assert_eq!(a.ino, InodeNo::compose(ServerIndex(3), 1));

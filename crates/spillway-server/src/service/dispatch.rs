@@ -11,6 +11,7 @@ use spillway_wire::{
     AttrReply, BytesReply, Empty, FragmentListReply, InsertEntryReply, NamesReply,
     RemoveEntryReply, Request, StatFsReply, StripeInfoReply, WriteReply,
 };
+use std::time::Instant;
 
 /// A request on an admin session: fragment administration only.
 pub fn admin(registry: &Registry, stages: &Stages, req: Request) -> StoreResult<Reply> {
@@ -130,22 +131,46 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
         }),
         // ---- data
         Request::Write(r, bulk) => {
-            let written = f.data.write(r.ino, r.stripe, r.offset, bulk.data())?;
+            let g = &s.grant;
+            let (epoch, charged) = (r.grant_epoch, r.charged);
+            let data = bulk.data();
+            let written = f
+                .data
+                .write_charged(g, epoch, charged, r.ino, r.stripe, r.offset, data)?;
             if r.sync {
                 f.data.sync(r.ino)?;
             }
-            Reply::of(&WriteReply { written })
+            // Topped up only on success: an error reply cannot tell the client.
+            let granted = f.data.refill(g);
+            Reply::of(&WriteReply {
+                written,
+                grant_epoch: g.epoch(),
+                granted,
+            })
+        }
+        Request::GrantReleaseReq(r) => {
+            f.data.release_grant(&s.grant, r.grant_epoch, r.bytes);
+            empty()
         }
         Request::Read(r) => Reply::bulk(f.data.read(r.ino, r.stripe, r.offset, r.len)?),
-        Request::TruncateDataReq(r) => f
-            .data
-            .truncate(r.ino, r.size, r.stripe_size)
-            .map(|()| empty())?,
+        Request::TruncateDataReq(r) => {
+            f.data.truncate(r.ino, r.size, r.stripe_size)?;
+            // Before the reply: the home's SetAttr answer then has the new st_blocks.
+            f.report_after_change(r.ino);
+            empty()
+        }
         Request::SyncDataReq(r) => f.data.sync(r.ino).map(|()| empty())?,
         Request::DeleteDataReq(r) => f.data.delete(r.ino).map(|()| empty())?,
         Request::StripeInfoReq(r) => Reply::of(&StripeInfoReply {
             stripes: f.data.stripe_info(r.ino),
         }),
+        Request::FallocateDataReq(r) => f.fallocate_data(&r).map(|()| empty())?,
+        Request::SeekDataReq(r) => Reply::of(&spillway_wire::SeekDataReply {
+            found: f.seek_data(&r)?,
+        }),
+        // Only the instance's servers report allocation (fragment/allocs.rs).
+        Request::AllocReportReq(_) if !s.peer => return Err(fs(Errno::EPERM)),
+        Request::AllocReportReq(r) => f.record_allocs(&r).map(|()| empty())?,
         // A client holding a capability must not make the server touch the PFS as
         // someone: stage copies are for the instance's own servers.
         Request::StageStripesReq(_) | Request::StageSyncReq(_) | Request::StageFilesReq(_)
@@ -156,5 +181,17 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
         Request::StageFilesReq(r) => Reply::of(&crate::stage::files::files(f, &r)?),
         Request::StageStripesReq(r) => Reply::of(&crate::stage::copy::stripes(f, &r)?),
         Request::StageSyncReq(r) => crate::stage::copy::sync(f, &r).map(|()| empty())?,
+        // ---- locks (crate::locks), held for this session
+        Request::LockReq(r) => Reply::of(&spillway_wire::LockReply {
+            held: f.locks.set(s.lock_id, &r, Instant::now()).map_err(fs)?,
+        }),
+        Request::GetLkReq(r) => Reply::of(&spillway_wire::GetLkReply {
+            conflict: f.locks.test(s.lock_id, &r, Instant::now()).map_err(fs)?,
+        }),
+        Request::UnlockOwnerReq(r) => {
+            f.locks.unlock_owner(s.lock_id, &r);
+            empty()
+        }
+        Request::LockRenewReq(_) => Reply::of(&f.locks.renew(s.lock_id, Instant::now())),
     })
 }

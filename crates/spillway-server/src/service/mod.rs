@@ -190,6 +190,14 @@ impl Service for SpillwayService {
                 | StatFsReq::OP
                 | ReadLinkReq::OP
                 | SetLayoutReq::OP
+                // SQLite only: inline, so servers waiting on each other's reports in
+                // their workers never starve the pools (fragment/allocs.rs).
+                | AllocReportReq::OP
+                | LockReq::OP
+                | GetLkReq::OP
+                | UnlockOwnerReq::OP
+                | LockRenewReq::OP
+                | GrantReleaseReq::OP
         )
     }
 

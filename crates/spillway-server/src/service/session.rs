@@ -1,6 +1,7 @@
 //! Per-connection state made by the handshake: who the peer is and, for an instance
 //! session, the handles it holds open, released when the connection goes.
 
+use crate::data::GrantAccount;
 use crate::error::StoreResult;
 use crate::fragment::{Fragment, OpenCounts};
 use spillway_types::{Attr, InodeNo};
@@ -18,6 +19,10 @@ pub struct InstanceSession {
     pub fragment: Arc<Fragment>,
     pub peer: bool,
     opens: Mutex<OpenCounts>,
+    /// Space promised to this connection (data/grants.rs), returned when it goes.
+    pub grant: GrantAccount,
+    /// Whose locks this session's are in the fragment's lock table (crate::locks).
+    pub lock_id: u64,
 }
 
 impl InstanceSession {
@@ -26,6 +31,8 @@ impl InstanceSession {
             fragment,
             peer,
             opens: Mutex::new(OpenCounts::default()),
+            grant: GrantAccount::new(),
+            lock_id: crate::locks::new_session_id(),
         }
     }
 
@@ -50,6 +57,8 @@ impl InstanceSession {
 
     /// The connection is gone: release everything it held open.
     pub fn close(&self) {
+        self.fragment.locks.drop_session(self.lock_id);
+        self.fragment.data.close_account(&self.grant);
         let held = self.opens().drain();
         for (ino, n) in held {
             self.fragment.release(ino, n);

@@ -7,11 +7,19 @@
 //! durable in groups: one thread has every server of the instance sync what it wrote
 //! (`StageSyncReq`) for all the files copied since its last round, while the workers
 //! go on copying, and only then do those files count as complete (group commit).
+//!
+//! A stage-out writes each PFS file under a temporary name beside its destination
+//! (temp.rs) and renames it over the destination after the group's sync, then syncs
+//! the directory: a destination is its old file, absent, or the complete copy. A
+//! stage that ends any other way (terminated, failed, dropped) removes its
+//! temporaries; a journal (leftovers.rs) lets a restarted server remove those of a
+//! coordinator that died.
 
+use super::leftovers::Journal;
 use super::ns::{self, may, MAY_EXEC, MAY_READ};
 use super::pfs::{fstat, unchanged_since, Pfs, PfsStat};
 use super::ticket::Grant;
-use super::{copy::my_pieces, Failure, Run};
+use super::{copy::my_pieces, temp, Failure, Run};
 use crate::fragment::Fragment;
 use spillway_stubs::Instance;
 use spillway_types::descriptor::encode_hex;
@@ -24,8 +32,8 @@ use spillway_wire::{
     setattr, stage_dir, stage_file_outcome, stage_kind, CreateReq, PendingCall, SetAttrReq,
     StageFileSpec, StageFilesReq, StageStartReq, StageStripesReq, StageSyncReq,
 };
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// What the enumeration found: one thing to make or copy.
@@ -80,14 +88,30 @@ struct Ctx<'a> {
     id: Identity,
     /// Stage-in directories made or found, by instance path.
     dirs: Mutex<HashMap<String, Attr>>,
-    /// Files copied but not yet made durable: (path, bytes).
-    unsynced: Mutex<Vec<(String, u64)>>,
+    /// Files copied but not yet made durable: (path, bytes, and for a stage-out the
+    /// temporary written and the destination it is to be renamed over).
+    unsynced: Mutex<Vec<Copied>>,
+    /// Stage-out temporaries handed out and not yet renamed into place or removed.
+    temps: Mutex<HashSet<String>>,
+    /// The number of the next temporary name.
+    next_temp: AtomicU64,
+    /// Where the temporaries are noted for a restarted server (stage-outs only).
+    journal: Option<Journal>,
     /// Rung when a file joins `unsynced`, or when the workers are done.
     copied: Condvar,
     workers_done: AtomicBool,
 }
 
 const CANCELLED: i32 = libc::ECANCELED;
+
+/// A copied file waiting for the group's sync.
+#[derive(Clone)]
+struct Copied {
+    dw: String,
+    bytes: u64,
+    /// Stage-out: (temporary, destination).
+    place: Option<(String, String)>,
+}
 
 fn join(dir: &str, rel: &str) -> String {
     if rel.is_empty() {
@@ -161,6 +185,8 @@ fn execute(
         t,
         &format!("stage {} coordinator pid {}", req.stage, std::process::id()),
     );
+    let journal =
+        (req.direction == stage_dir::OUT).then(|| Journal::start(frag.dir(), req.stage, id.uid));
     let ctx = Ctx {
         run,
         req,
@@ -172,65 +198,130 @@ fn execute(
         unsynced: Mutex::new(Vec::new()),
         copied: Condvar::new(),
         workers_done: AtomicBool::new(false),
+        temps: Mutex::new(HashSet::new()),
+        next_temp: AtomicU64::new(0),
+        journal,
     };
-    let t0 = std::time::Instant::now();
-    let items = ctx.enumerate()?;
-    let t_enum = t0.elapsed();
-    let files: Vec<String> = items
-        .iter()
-        .filter_map(|i| i.dw().map(String::from))
-        .collect();
-    let bytes = ctx.known_bytes(&items);
-    run.enumerated(files.len() as u64, bytes, files);
-
-    // Directories first, in walk order (parents before children).
-    let (dirs, files): (Vec<Item>, Vec<Item>) = items
-        .into_iter()
-        .partition(|i| matches!(i, Item::Dir { .. }));
-    for d in &dirs {
-        if run.cancelled() {
-            return Ok(());
-        }
-        ctx.make_dir(d)?;
+    let r = ctx.stage();
+    // Whatever the end, no temporary stays behind (those renamed are no longer ones).
+    ctx.sweep();
+    if let Some(j) = ctx.journal {
+        j.finish();
     }
-    let t_dirs = t0.elapsed();
-    let queue = Mutex::new(VecDeque::from(ctx.batch(files)));
-    let workers = (req.files_in_flight as usize).clamp(1, 256);
-    let t_copied = std::thread::scope(|s| {
-        // Group commit: one thread syncs whatever has been copied since its last sync,
-        // while the workers go on copying.
-        s.spawn(|| ctx.syncer());
-        let hs: Vec<_> = (0..workers).map(|_| s.spawn(|| ctx.work(&queue))).collect();
-        for h in hs {
-            let _ = h.join();
-        }
-        let copied = t0.elapsed();
-        ctx.workers_done.store(true, Ordering::SeqCst);
-        ctx.copied.notify_all();
-        copied
-    });
-    // Where the time went (from the start: enumerated, directories made, files copied,
-    // all durable), for whoever tunes a site.
-    tracing::info!(
-        stage = req.stage,
-        enumerated = ?t_enum,
-        dirs = ?t_dirs,
-        copied = ?t_copied,
-        durable = ?t0.elapsed(),
-        "files staged"
-    );
-    // Directory modes and times last, deepest first: copying into them changed both.
-    if !run.cancelled() {
-        for d in dirs.iter().rev() {
-            if let Err(f) = ctx.finish_dir(d) {
-                run.fail(&f.message);
-            }
-        }
-    }
-    Ok(())
+    r
 }
 
 impl Ctx<'_> {
+    /// The stage proper, from enumeration to the directories' attributes.
+    fn stage(&self) -> Result<(), Failure> {
+        let (run, req, ctx) = (self.run, self.req, self);
+        let t0 = std::time::Instant::now();
+        let items = ctx.enumerate()?;
+        let t_enum = t0.elapsed();
+        let files: Vec<String> = items
+            .iter()
+            .filter_map(|i| i.dw().map(String::from))
+            .collect();
+        let bytes = ctx.known_bytes(&items);
+        run.enumerated(files.len() as u64, bytes, files);
+
+        // Directories first, in walk order (parents before children).
+        let (dirs, files): (Vec<Item>, Vec<Item>) = items
+            .into_iter()
+            .partition(|i| matches!(i, Item::Dir { .. }));
+        for d in &dirs {
+            if run.cancelled() {
+                return Ok(());
+            }
+            ctx.make_dir(d)?;
+        }
+        let t_dirs = t0.elapsed();
+        let queue = Mutex::new(VecDeque::from(ctx.batch(files)));
+        let workers = (req.files_in_flight as usize).clamp(1, 256);
+        let t_copied = std::thread::scope(|s| {
+            // Group commit: one thread syncs whatever has been copied since its last sync,
+            // while the workers go on copying.
+            s.spawn(|| ctx.syncer());
+            let hs: Vec<_> = (0..workers).map(|_| s.spawn(|| ctx.work(&queue))).collect();
+            for h in hs {
+                let _ = h.join();
+            }
+            let copied = t0.elapsed();
+            ctx.workers_done.store(true, Ordering::SeqCst);
+            ctx.copied.notify_all();
+            copied
+        });
+        // Where the time went (from the start: enumerated, directories made, files copied,
+        // all durable), for whoever tunes a site.
+        tracing::info!(
+            stage = req.stage,
+            enumerated = ?t_enum,
+            dirs = ?t_dirs,
+            copied = ?t_copied,
+            durable = ?t0.elapsed(),
+            "files staged"
+        );
+        // Directory modes and times last, deepest first: copying into them changed both.
+        if !run.cancelled() {
+            for d in dirs.iter().rev() {
+                if let Err(f) = ctx.finish_dir(d) {
+                    run.fail(&f.message);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ temporaries
+    /// A new temporary name beside the PFS destination `dst`, noted (in memory and in
+    /// the journal) before anything may create it.
+    fn temp_for(&self, dst: &str) -> String {
+        let n = self.next_temp.fetch_add(1, Ordering::Relaxed);
+        let tmp = temp::path(dst, self.req.stage, n);
+        if let Some(j) = &self.journal {
+            j.add(&tmp);
+        }
+        self.temps().insert(tmp.clone());
+        tmp
+    }
+
+    fn temps(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.temps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remove a temporary that will not be put in place (its file failed, or the
+    /// stage ends first). A removal that fails is logged: the name says what it is.
+    fn discard(&self, tmp: &str) {
+        if let Err(f) = self.pfs.remove_temporary(tmp) {
+            tracing::warn!(stage = self.req.stage, "{}", f.message);
+        }
+        self.temps().remove(tmp);
+    }
+
+    /// At the stage's end: remove every temporary still out (none after a complete
+    /// stage-out).
+    fn sweep(&self) {
+        let left: Vec<String> = self.temps().drain().collect();
+        if left.is_empty() {
+            return;
+        }
+        let r = self.pfs.as_owner(|| {
+            for tmp in &left {
+                if let Err(f) = self.pfs.remove_temporary(tmp) {
+                    tracing::warn!(stage = self.req.stage, "{}", f.message);
+                }
+            }
+        });
+        if let Err(f) = r {
+            tracing::warn!(stage = self.req.stage, "{}", f.message);
+        }
+        tracing::info!(
+            stage = self.req.stage,
+            "removed {} temporaries of files not put in place",
+            left.len()
+        );
+    }
+
     fn inbound(&self) -> bool {
         self.req.direction == stage_dir::IN
     }
@@ -488,6 +579,7 @@ impl Ctx<'_> {
             stripe_size: 0,
             stripe_width: 0,
             open: false,
+            xattrs: Vec::new(),
         };
         let attr = match self.inst.create(req) {
             Ok(a) => {
@@ -581,12 +673,21 @@ impl Ctx<'_> {
             Item::File {
                 src, dst, dw, ino, ..
             } => {
-                let r = if self.inbound() {
-                    self.file_in(&src, &dst)
+                if self.inbound() {
+                    let r = self.file_in(&src, &dst);
+                    (dw, r)
                 } else {
-                    self.file_out(&src, &dst, ino)
-                };
-                (dw, r)
+                    let tmp = self.temp_for(&dst);
+                    match self.file_out(&src, &dst, &tmp, ino) {
+                        Ok(bytes) => {
+                            return self.copied_file(dw, bytes, Some((tmp, dst)));
+                        }
+                        Err(f) => {
+                            self.discard(&tmp);
+                            (dw, Err(f))
+                        }
+                    }
+                }
             }
             Item::Symlink { src, dst, dw, ino } => {
                 let r = if self.inbound() {
@@ -601,18 +702,19 @@ impl Ctx<'_> {
             Item::Dir { .. } => return,
         };
         match r {
-            Ok(bytes) => self.copied_file(dw, bytes),
+            Ok(bytes) => self.copied_file(dw, bytes, None),
             Err(f) if f.errno == CANCELLED && self.run.cancelled() => {}
             Err(f) => self.run.file_failed(dw, &f),
         }
     }
 
-    /// A file is copied: it counts complete once the next group sync is done.
-    fn copied_file(&self, dw: String, bytes: u64) {
+    /// A file is copied: it counts complete once the next group sync is done (and, for
+    /// a stage-out, its temporary is renamed into place).
+    fn copied_file(&self, dw: String, bytes: u64, place: Option<(String, String)>) {
         self.unsynced
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((dw, bytes));
+            .push(Copied { dw, bytes, place });
         self.copied.notify_one();
     }
 
@@ -705,7 +807,8 @@ impl Ctx<'_> {
                     stripe_size: 0,
                     stripe_width: 0,
                     ino,
-                    pfs_path: dst.clone(),
+                    // The server writes a temporary; the rename comes after the sync.
+                    pfs_path: self.temp_for(dst),
                     shown: dw.clone(),
                 },
             ))
@@ -736,8 +839,12 @@ impl Ctx<'_> {
             Ok(r) => r,
             Err(e) => {
                 for (spec, item) in req.files.iter().zip(items) {
+                    if !self.inbound() {
+                        self.discard(&spec.pfs_path);
+                    }
                     if let Some(dw) = item.dw() {
-                        let f = self.server_failure(server.0, e, dw, &spec.pfs_path);
+                        let shown = temp::shown(&spec.pfs_path);
+                        let f = self.server_failure(server.0, e, dw, &shown);
                         self.run.file_failed(dw.to_string(), &f);
                     }
                 }
@@ -745,22 +852,38 @@ impl Ctx<'_> {
             }
         };
         let mut created = false;
-        for (res, item) in results.into_iter().zip(items) {
+        for ((res, item), spec) in results.into_iter().zip(items).zip(&req.files) {
+            // Stage-out: the temporary the server wrote, and where it goes.
+            let place = match &item {
+                Item::File { dst, .. } if !self.inbound() => {
+                    Some((spec.pfs_path.clone(), dst.clone()))
+                }
+                _ => None,
+            };
             match res.outcome {
                 stage_file_outcome::DONE => {
                     created = true;
                     self.run.add_bytes(res.bytes);
                     if let Some(dw) = item.dw() {
-                        self.copied_file(dw.to_string(), res.bytes);
+                        self.copied_file(dw.to_string(), res.bytes, place);
                     }
                 }
                 stage_file_outcome::FAILED => {
+                    if let Some((tmp, _)) = &place {
+                        self.discard(tmp);
+                    }
                     if let Some(dw) = item.dw() {
                         let f = Failure::new(res.errno, res.message);
                         self.run.file_failed(dw.to_string(), &f);
                     }
                 }
-                _ => self.one(item),
+                _ => {
+                    // Untouched (ELSEWHERE): the long way makes a temporary of its own.
+                    if let Some((tmp, _)) = &place {
+                        self.temps().remove(tmp);
+                    }
+                    self.one(item)
+                }
             }
         }
         // The directories' times change with their new entries (as for one create).
@@ -793,8 +916,9 @@ impl Ctx<'_> {
         }
     }
 
-    /// Make the copied files durable on every server, then count them complete.
-    fn sync_batch(&self, batch: Vec<(String, u64)>) {
+    /// Make the copied files durable on every server, put stage-outs in place (rename,
+    /// then the directories synced), then count them complete.
+    fn sync_batch(&self, batch: Vec<Copied>) {
         let req = StageSyncReq {
             direction: self.req.direction,
             ticket: self.req.ticket.clone(),
@@ -807,14 +931,77 @@ impl Ctx<'_> {
             .into_iter()
             .map(PendingCall::wait)
             .find_map(Result::err);
-        for (path, bytes) in batch {
-            match err {
-                None => self.run.file_done(path, bytes),
-                Some(e) => {
-                    let f = ns::errno_failure(e, &path, "making the copy durable");
-                    self.run.file_failed(path, &f);
+        if let Some(e) = err {
+            for c in batch {
+                let f = ns::errno_failure(e, &c.dw, "making the copy durable");
+                if let Some((tmp, _)) = &c.place {
+                    self.discard(tmp);
+                }
+                self.run.file_failed(c.dw, &f);
+            }
+            return;
+        }
+        for (c, r) in self.put_in_place(&batch).into_iter() {
+            match r {
+                Ok(()) => self.run.file_done(c.dw, c.bytes),
+                // A stage terminated before its files were in place: not complete,
+                // and their temporaries go with the sweep.
+                Err(f) if f.errno == CANCELLED => {}
+                Err(f) => self.run.file_failed(c.dw, &f),
+            }
+        }
+    }
+
+    /// Rename each durable stage-out temporary over its destination, as the owner,
+    /// then sync each directory renamed into once. Stage-ins (no temporary) are in
+    /// place already.
+    fn put_in_place(&self, batch: &[Copied]) -> Vec<(Copied, Result<(), Failure>)> {
+        if batch.iter().all(|c| c.place.is_none()) {
+            return batch.iter().map(|c| (c.clone(), Ok(()))).collect();
+        }
+        let done = self.pfs.as_owner(|| {
+            let mut out: Vec<(Copied, Result<(), Failure>)> = Vec::new();
+            // Per directory: one destination in it (to reach it by) and the files.
+            let mut dirs: BTreeMap<String, (String, Vec<usize>)> = BTreeMap::new();
+            for c in batch {
+                let Some((tmp, dst)) = &c.place else {
+                    out.push((c.clone(), Ok(())));
+                    continue;
+                };
+                if self.run.cancelled() {
+                    out.push((c.clone(), Err(Failure::new(CANCELLED, "terminated"))));
+                    continue;
+                }
+                let r = self.pfs.rename_into_place(tmp, dst);
+                match &r {
+                    Ok(()) => {
+                        self.temps().remove(tmp);
+                        let (dir, _) = temp::split(dst);
+                        dirs.entry(dir.to_string())
+                            .or_insert_with(|| (dst.clone(), Vec::new()))
+                            .1
+                            .push(out.len());
+                    }
+                    Err(_) => self.discard(tmp),
+                }
+                out.push((c.clone(), r));
+            }
+            for (_, (dst, idx)) in dirs {
+                if let Err(f) = self.pfs.sync_parent(&dst) {
+                    for i in idx {
+                        let dw = out[i].0.dw.clone();
+                        out[i].1 = Err(Failure::new(
+                            f.errno,
+                            format!("{dw}: renamed into place, but {}", f.message),
+                        ));
+                    }
                 }
             }
+            out
+        });
+        match done {
+            Ok(v) => v,
+            Err(f) => batch.iter().map(|c| (c.clone(), Err(f.clone()))).collect(),
         }
     }
 
@@ -862,6 +1049,7 @@ impl Ctx<'_> {
             stripe_size: parent.stripe_size,
             stripe_width: parent.stripe_width,
             open: true,
+            xattrs: Vec::new(),
         };
         // The directory's times are updated in parallel with the create (as the FUSE
         // client does): a create that fails changed nothing, the touch is harmless.
@@ -1068,8 +1256,15 @@ impl Ctx<'_> {
         )
     }
 
-    /// Instance → PFS, one regular file.
-    fn file_out(&self, src: &str, dst: &str, ino: Option<InodeNo>) -> Result<u64, Failure> {
+    /// Instance → PFS, one regular file, written to the temporary `tmp` beside `dst`
+    /// (put in place after the group's sync).
+    fn file_out(
+        &self,
+        src: &str,
+        dst: &str,
+        tmp: &str,
+        ino: Option<InodeNo>,
+    ) -> Result<u64, Failure> {
         let a = match ino {
             Some(i) => self
                 .inst
@@ -1091,13 +1286,15 @@ impl Ctx<'_> {
                 format!("{src}: permission denied (read on the file)"),
             ));
         }
-        let file = self.pfs.create_destination(dst, a.mode & 0o7777)?;
+        // A directory or a FIFO there fails now, not after the copy.
+        self.pfs.check_destination(dst)?;
+        let file = self.pfs.create_temporary(tmp, a.mode & 0o7777)?;
         file.set_len(a.size)
             .map_err(|e| ns::errno_failure(Errno::from_io(&e), dst, "setting the size"))?;
         let pst = fstat(&file).map_err(|e| ns::errno_failure(Errno(e), dst, "fstat"))?;
-        self.copy_ranges(&a, a.size, dst, pst.ino, src, stage_dir::OUT)?;
+        self.copy_ranges(&a, a.size, tmp, pst.ino, src, stage_dir::OUT)?;
         // Durable with the group's StageSync (syncfs of the PFS on every server of
-        // the instance, this one included), not by an fsync per file.
+        // the instance, this one included), not by an fsync per file; then renamed.
         self.pfs
             .set_file_attrs(&file, dst, a.mode, a.atime, a.mtime)?;
         Ok(a.size)
@@ -1120,6 +1317,7 @@ impl Ctx<'_> {
             stripe_size: 0,
             stripe_width: 0,
             open: false,
+            xattrs: Vec::new(),
         };
         match self.inst.create(req) {
             Ok(_) => {

@@ -138,6 +138,7 @@ fn batch_in(f: &Fragment, pfs: &Pfs, id: &Identity, specs: &[StageFileSpec]) -> 
             stripe_size,
             stripe_width: s.stripe_width,
             open: false,
+            xattrs: Vec::new(),
         });
         todo.push((i, file, st));
     }
@@ -306,9 +307,20 @@ fn batch_out(f: &Fragment, pfs: &Pfs, id: &Identity, specs: &[StageFileSpec]) ->
             Err(e) => out[i] = Some(Err(e)),
         }
     }
+    // The coordinator names a temporary beside each destination (temp.rs): created
+    // new (O_EXCL), renamed into place by the coordinator once durable. A plain path
+    // (a peer of an older version) is created or truncated in place, as before.
     let created = pfs.as_owner(|| {
         todo.iter()
-            .map(|(i, a)| pfs.create_destination(&specs[*i].pfs_path, a.mode & 0o7777))
+            .map(|(i, a)| {
+                let p = &specs[*i].pfs_path;
+                let (_, last) = super::temp::split(p);
+                if super::temp::parse(last).is_some() {
+                    pfs.create_temporary(p, a.mode & 0o7777)
+                } else {
+                    pfs.create_destination(p, a.mode & 0o7777)
+                }
+            })
             .collect::<Vec<_>>()
     });
     let created = match created {

@@ -10,6 +10,10 @@
 //! * `files`       — whole small files one server stages alone, many per request.
 //! * `coordinator` — a whole stage: enumerate, create names, hand files to the servers
 //!   holding their stripes, group-commit metadata, report per file.
+//! * `leftovers`   — a journal of a stage-out's temporaries, which a restarted server
+//!   removes.
+//! * `temp`        — stage-out temporaries: written beside the destination, renamed
+//!   into place once complete and durable.
 //! * `ticket`      — the stage ticket the manager signed: the only source of a stage's
 //!   uid and PFS paths, checked on every stage request.
 //!
@@ -20,8 +24,10 @@
 mod coordinator;
 pub mod copy;
 pub mod files;
+mod leftovers;
 mod ns;
 pub mod pfs;
+mod temp;
 mod ticket;
 
 use crate::error::{fs, StoreResult};
@@ -35,6 +41,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
+
+pub use leftovers::clean_at_start as clean_leftovers;
 
 /// The SetAttr that gives a staged-in file the size and times its source had: the size
 /// without cutting data (the stripes were just written), atime and mtime kept.

@@ -167,6 +167,7 @@ mod tests {
             ctime: Timespec::default(),
             stripe_size: 4096,
             stripe_width: 1,
+            blocks: 0,
         }
     }
 

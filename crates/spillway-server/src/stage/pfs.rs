@@ -26,6 +26,8 @@ pub struct Pfs {
     roots: Vec<PathBuf>,
     scope: Vec<String>,
     id: Identity,
+    /// The ticket's stage: its own stage-out temporaries (temp.rs) are covered too.
+    stage: Option<u64>,
 }
 
 /// What a PFS entry is, as `lstat` saw it.
@@ -112,7 +114,15 @@ impl Pfs {
             roots: out,
             scope: scope.to_vec(),
             id,
+            stage: None,
         })
+    }
+
+    /// The PFS of stage `stage`: besides the scope's paths, the stage's own
+    /// temporaries beside them (`temp::covered`).
+    pub fn for_stage(mut self, stage: u64) -> Pfs {
+        self.stage = Some(stage);
+        self
     }
 
     /// The identity the stage runs as (the ticket's uid).
@@ -135,10 +145,14 @@ impl Pfs {
                 format!("{path}: a PFS path of a stage may not climb with .."),
             ));
         }
-        if !self
-            .scope
-            .iter()
-            .any(|s| spillway_types::stage_ticket::lies_under(path, s))
+        let own_temporary = self
+            .stage
+            .is_some_and(|st| super::temp::covered(path, st, &self.scope));
+        if !own_temporary
+            && !self
+                .scope
+                .iter()
+                .any(|s| spillway_types::stage_ticket::lies_under(path, s))
         {
             return Err(Failure::new(
                 libc::EACCES,
@@ -238,6 +252,116 @@ impl Pfs {
             ));
         }
         Ok(file)
+    }
+
+    /// A stage-out's temporary (temp.rs), created as the owner: a new name only
+    /// (`O_EXCL`: never an existing file, never through a symlink), opened for writing.
+    pub fn create_temporary(&self, tmp: &str, mode: u32) -> Result<File, Failure> {
+        let last = tmp.rsplit('/').next().unwrap_or(tmp);
+        if super::temp::parse(last).is_none() {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{tmp}: not a stage's temporary name"),
+            ));
+        }
+        self.open(
+            tmp,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            mode,
+        )
+        .map_err(|f| {
+            let dst = super::temp::shown(tmp);
+            Failure::new(
+                f.errno,
+                format!("{dst}: creating its temporary {last}: {}", f.message),
+            )
+        })
+    }
+
+    /// Put a complete, durable temporary in place: rename it over `dst` (its
+    /// sibling), as the owner. An existing directory there fails the file (EISDIR);
+    /// an existing file or symlink of that name is replaced, never written through.
+    pub fn rename_into_place(&self, tmp: &str, dst: &str) -> Result<(), Failure> {
+        let (tmp_dir, tmp_last) = super::temp::split(tmp);
+        if tmp_dir != super::temp::split(dst).0 || super::temp::parse(tmp_last).is_none() {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{dst}: {tmp} is not its temporary"),
+            ));
+        }
+        self.beneath(dst, |root, rel| {
+            let (pfd, name) = open_parent(root, rel, dst)?;
+            replaceable(&pfd, name, dst)?;
+            let from = cstr(Path::new(tmp_last))?;
+            let to = cstr(Path::new(name))?;
+            // SAFETY: pfd is open; both names are single NUL-terminated components.
+            let rc = unsafe {
+                libc::renameat(pfd.as_raw_fd(), from.as_ptr(), pfd.as_raw_fd(), to.as_ptr())
+            };
+            if rc != 0 {
+                return Err(describe(
+                    errno(),
+                    dst,
+                    "renaming the complete copy into place",
+                ));
+            }
+            Ok(())
+        })
+    }
+
+    /// What is at a stage-out's destination may be replaced by a rename: nothing, a
+    /// regular file or a symlink. A directory fails the file (EISDIR), so does any
+    /// other kind (EINVAL: a FIFO or a device never receives a stage, nor is removed
+    /// by one). Checked before copying and again at the rename.
+    pub fn check_destination(&self, dst: &str) -> Result<(), Failure> {
+        self.beneath(dst, |root, rel| {
+            let (pfd, name) = open_parent(root, rel, dst)?;
+            replaceable(&pfd, name, dst)
+        })
+    }
+
+    /// Make the entries of the directory holding `dst` durable (`fsync` of the
+    /// directory), as the owner: what makes a rename into place survive a crash.
+    pub fn sync_parent(&self, dst: &str) -> Result<(), Failure> {
+        self.beneath(dst, |root, rel| {
+            let (parent, _) = split_last(rel, dst)?;
+            let fd = openat2(
+                root,
+                parent,
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                0,
+            )
+            .map_err(|e| describe(e, dst, "opening its directory"))?;
+            // SAFETY: fd is open for the call.
+            if unsafe { libc::fsync(fd.as_raw_fd()) } != 0 {
+                return Err(describe(errno(), dst, "fsync of its directory"));
+            }
+            Ok(())
+        })
+    }
+
+    /// Remove a stage's temporary, as the owner; one already gone is fine. Only a
+    /// temporary name is ever removed (and never a directory).
+    pub fn remove_temporary(&self, tmp: &str) -> Result<(), Failure> {
+        self.beneath(tmp, |root, rel| {
+            let (pfd, name) = open_parent(root, rel, tmp)?;
+            if super::temp::parse(&name.to_string_lossy()).is_none() {
+                return Err(Failure::new(
+                    libc::EINVAL,
+                    format!("{tmp}: not a stage's temporary name"),
+                ));
+            }
+            let c = cstr(Path::new(name))?;
+            // SAFETY: pfd is open; c is one NUL-terminated component; flags 0 never
+            // removes a directory.
+            if unsafe { libc::unlinkat(pfd.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+                let e = errno();
+                if e != libc::ENOENT {
+                    return Err(describe(e, tmp, "removing the temporary"));
+                }
+            }
+            Ok(())
+        })
     }
 
     /// `openat2` beneath the root, as the owner. Never blocks in the open: O_NONBLOCK
@@ -555,6 +679,23 @@ fn fstatat_nofollow(dir: &OwnedFd, name: &[u8]) -> Result<PfsStat, i32> {
     Ok(PfsStat::of(&st))
 }
 
+/// The entry `name` of `dir` may be replaced by a stage-out (`Pfs::check_destination`).
+fn replaceable(dir: &OwnedFd, name: &OsStr, shown: &str) -> Result<(), Failure> {
+    match fstatat_nofollow(dir, name.as_bytes()) {
+        Err(libc::ENOENT) => Ok(()),
+        Err(e) => Err(describe(e, shown, "lstat")),
+        Ok(st) if st.is_file() || st.is_symlink() => Ok(()),
+        Ok(st) if st.is_dir() => Err(Failure::new(
+            libc::EISDIR,
+            format!("{shown}: exists and is a directory, not a regular file"),
+        )),
+        Ok(_) => Err(Failure::new(
+            libc::EINVAL,
+            format!("{shown}: exists and is not a regular file (a FIFO, socket or device)"),
+        )),
+    }
+}
+
 fn read_link_at(dir: &OwnedFd, name: &OsStr, shown: &str) -> Result<Vec<u8>, Failure> {
     let c = cstr(Path::new(name))?;
     let mut buf = vec![0u8; 4096];
@@ -716,6 +857,84 @@ mod tests {
             assert_eq!(e.errno, libc::EACCES, "{bad}: {}", e.message);
             assert!(e.message.contains("leaves the PFS root"), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn a_temporary_is_created_new_renamed_into_place_or_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("pfs");
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        let r = root.display().to_string();
+        let dst = format!("{r}/a/out");
+        std::fs::write(&dst, b"old").unwrap();
+        let pfs = Pfs::new(
+            std::slice::from_ref(&r),
+            std::slice::from_ref(&dst),
+            Identity::of_uid(0).unwrap(),
+        )
+        .unwrap()
+        .for_stage(9);
+        let tmp = super::super::temp::path(&dst, 9, 0);
+        // Not this stage's, not a temporary name: refused.
+        let other = super::super::temp::path(&dst, 8, 0);
+        assert_eq!(
+            pfs.create_temporary(&other, 0o644).unwrap_err().errno,
+            libc::EACCES
+        );
+        assert_eq!(
+            pfs.create_temporary(&dst, 0o644).unwrap_err().errno,
+            libc::EINVAL
+        );
+        {
+            use std::io::Write;
+            let mut f = pfs.create_temporary(&tmp, 0o644).unwrap();
+            f.write_all(b"new").unwrap();
+        }
+        // O_EXCL: never an existing file (nor through a symlink).
+        assert_eq!(
+            pfs.create_temporary(&tmp, 0o644).unwrap_err().errno,
+            libc::EEXIST
+        );
+        assert_eq!(
+            std::fs::read(&dst).unwrap(),
+            b"old",
+            "the destination is untouched"
+        );
+        pfs.rename_into_place(&tmp, &dst).unwrap();
+        pfs.sync_parent(&dst).unwrap();
+        assert_eq!(std::fs::read(&dst).unwrap(), b"new");
+        assert!(!Path::new(&tmp).exists());
+        // A temporary elsewhere is not this destination's.
+        let tmp2 = super::super::temp::path(&dst, 9, 1);
+        pfs.create_temporary(&tmp2, 0o644).unwrap();
+        let e = pfs
+            .rename_into_place(&tmp2, &format!("{r}/b/out"))
+            .unwrap_err();
+        assert_eq!(e.errno, libc::EINVAL);
+        pfs.remove_temporary(&tmp2).unwrap();
+        pfs.remove_temporary(&tmp2).unwrap(); // gone already: fine
+        assert!(!Path::new(&tmp2).exists());
+        assert_eq!(pfs.remove_temporary(&dst).unwrap_err().errno, libc::EINVAL);
+        // A directory at the destination fails the file; a FIFO is never replaced.
+        std::fs::create_dir(root.join("a/dir")).unwrap();
+        let dir = format!("{r}/a/dir");
+        let pfs = Pfs::new(
+            std::slice::from_ref(&r),
+            &[format!("{r}/a")],
+            Identity::of_uid(0).unwrap(),
+        )
+        .unwrap()
+        .for_stage(9);
+        assert_eq!(pfs.check_destination(&dir).unwrap_err().errno, libc::EISDIR);
+        let fifo = CString::new(format!("{r}/a/fifo")).unwrap();
+        // SAFETY: a valid path string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let t = super::super::temp::path(&format!("{r}/a/fifo"), 9, 2);
+        pfs.create_temporary(&t, 0o644).unwrap();
+        let e = pfs
+            .rename_into_place(&t, &format!("{r}/a/fifo"))
+            .unwrap_err();
+        assert_eq!(e.errno, libc::EINVAL, "{}", e.message);
     }
 
     #[test]

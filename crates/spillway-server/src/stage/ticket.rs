@@ -57,8 +57,10 @@ pub fn check(
             format!("{what}: uid {} is not known on this server", ticket.uid),
         )
     })?;
-    let pfs = Pfs::new(&f.pfs_roots, &ticket.pfs_paths, id).inspect_err(|e| {
-        tracing::warn!(instance, "{what} refused: {}", e.message);
-    })?;
+    let pfs = Pfs::new(&f.pfs_roots, &ticket.pfs_paths, id)
+        .inspect_err(|e| {
+            tracing::warn!(instance, "{what} refused: {}", e.message);
+        })?
+        .for_stage(ticket.stage);
     Ok(Grant { ticket, pfs })
 }

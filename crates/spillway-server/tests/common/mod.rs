@@ -305,6 +305,7 @@ impl Cluster {
             stripe_size,
             stripe_width,
             open: false,
+            xattrs: Vec::new(),
         };
         self.call_entry(parent, name.as_bytes(), &req)
             .map(|r| r.attr)
@@ -340,6 +341,8 @@ impl Cluster {
                 stripe: stripe.0,
                 offset: within,
                 sync: false,
+                grant_epoch: 0,
+                charged: 0,
             };
             let w = self.at(layout.server_of(stripe).0).call_bulk(&req, piece)?;
             assert_eq!(w.written, len);

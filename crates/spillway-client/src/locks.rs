@@ -1,0 +1,394 @@
+//! fcntl byte-range locks, OFD locks and flock(2), held at each inode's home server
+//! for this client's connection there (the server's `locks` module;
+//! docs/data-plane.md, "Locks").
+//!
+//! * Blocking requests (F_SETLKW, flock without LOCK_NB) that meet a conflict are
+//!   handed to a thread of their own that asks again with a growing pause (2 ms to
+//!   50 ms), so no FUSE worker waits. fuser answers FUSE_INTERRUPT with ENOSYS, so the
+//!   kernel never tells us of a signal; the waiting thread looks at the caller's
+//!   pending signals in /proc instead and answers EINTR (the kernel restarts the call
+//!   under SA_RESTART, as for a local lock).
+//! * Locks live as long as the connection they were taken on, and while this client
+//!   renews them (every `RENEW`; the home drops them after `LOCK_LEASE` of silence).
+//!   A lock lost with its connection or lease is not taken again: the owner's next
+//!   lock request on that file fails once with EIO.
+//! * Close (FUSE flush) drops the closing process's POSIX locks on the file; the last
+//!   close of an open file description (FUSE release) drops its flocks and the OFD
+//!   locks taken through it.
+
+use crate::caller::{self, SignalWatch, Waiter};
+use fuser::{ReplyEmpty, ReplyLock};
+use spillway_stubs::Instance;
+use spillway_types::{Errno, InodeNo};
+use spillway_wire::messages::{lock_class, lock_kind, GetLkReq, LockReq, LOCK_LEASE};
+use spillway_wire::Conn;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+/// How often a client renews the locks it holds at a server.
+const RENEW: Duration = Duration::from_secs(5);
+/// First and longest pause between two tries of a blocked lock request.
+const FIRST_PAUSE: Duration = Duration::from_millis(2);
+const LONGEST_PAUSE: Duration = Duration::from_millis(50);
+
+const EAGAIN: Errno = Errno(libc::EAGAIN);
+const EINTR: Errno = Errno(libc::EINTR);
+
+fn fe(e: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.0)
+}
+
+/// One server's connection as far as locks go.
+struct Lease {
+    /// Bumped whenever locks held there may have been lost (a new connection, a
+    /// lapsed lease): grants made under an older epoch are gone.
+    epoch: u64,
+    conn: Weak<Conn>,
+    /// When the last request the server answered was sent: the server keeps this
+    /// client's locks at least `LOCK_LEASE` past it.
+    confirmed: Instant,
+}
+
+/// What an owner may hold on an inode in one lock space.
+#[derive(Clone, Copy)]
+struct Grant {
+    epoch: u64,
+}
+
+type Key = (InodeNo, u64, u8);
+
+#[derive(Default)]
+struct State {
+    held: HashMap<Key, Grant>,
+    leases: HashMap<u16, Lease>,
+    /// POSIX lock owners that took locks through each open file handle: the OFD
+    /// locks among them go at the handle's release (a process's own are dropped at
+    /// its close, which forgets them here).
+    by_fh: HashMap<u64, HashSet<u64>>,
+}
+
+impl State {
+    /// The server answered a request sent at `sent` on connection `conn`; returns
+    /// the epoch grants from that answer belong to.
+    fn observe(&mut self, server: u16, conn: &Arc<Conn>, sent: Instant) -> u64 {
+        let l = self.leases.entry(server).or_insert_with(|| Lease {
+            epoch: 0,
+            conn: Arc::downgrade(conn),
+            confirmed: sent,
+        });
+        let silent = sent.saturating_duration_since(l.confirmed) >= LOCK_LEASE;
+        if !Weak::ptr_eq(&l.conn, &Arc::downgrade(conn)) || silent {
+            l.epoch += 1;
+            l.conn = Arc::downgrade(conn);
+        }
+        if sent > l.confirmed {
+            l.confirmed = sent;
+        }
+        l.epoch
+    }
+
+    /// Whether a grant at `server` is still good.
+    fn live(&self, server: u16, g: Grant, now: Instant) -> bool {
+        self.leases.get(&server).is_some_and(|l| {
+            l.epoch == g.epoch && now.saturating_duration_since(l.confirmed) < LOCK_LEASE
+        })
+    }
+}
+
+pub struct Locks {
+    inst: Arc<Instance>,
+    state: Mutex<State>,
+    stopping: AtomicBool,
+    renewing: AtomicBool,
+}
+
+/// A lock request as the kernel sent it.
+#[derive(Clone, Copy, Debug)]
+pub struct LockArgs {
+    pub ino: InodeNo,
+    pub fh: u64,
+    pub owner: u64,
+    pub start: u64,
+    pub end: u64,
+    /// F_RDLCK, F_WRLCK or F_UNLCK.
+    pub typ: i32,
+    /// The lock's pid (shown to F_GETLK callers).
+    pub pid: u32,
+    /// The calling thread (its /proc entry).
+    pub tid: u32,
+}
+
+fn kind_of(typ: i32) -> Result<u8, Errno> {
+    match typ {
+        libc::F_RDLCK => Ok(lock_kind::READ),
+        libc::F_WRLCK => Ok(lock_kind::WRITE),
+        libc::F_UNLCK => Ok(lock_kind::UNLOCK),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+impl Locks {
+    pub fn new(inst: Arc<Instance>) -> Arc<Locks> {
+        Arc::new(Locks {
+            inst,
+            state: Mutex::new(State::default()),
+            stopping: AtomicBool::new(false),
+            renewing: AtomicBool::new(false),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The mount is going: waiting requests end with EINTR, renewals stop.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// FUSE setlk (fcntl F_SETLK/F_SETLKW, OFD locks, flock).
+    pub fn setlk(self: &Arc<Self>, a: LockArgs, sleep: bool, reply: ReplyEmpty) {
+        let class = if caller::in_flock(a.tid) {
+            lock_class::FLOCK
+        } else {
+            lock_class::POSIX
+        };
+        let kind = match kind_of(a.typ) {
+            Ok(k) => k,
+            Err(e) => return reply.error(fe(e)),
+        };
+        if let Err(e) = self.check_lost(a.ino, a.owner, class) {
+            return reply.error(fe(e));
+        }
+        match self.attempt(&a, class, kind) {
+            Err(e) if e == EAGAIN && sleep && kind != lock_kind::UNLOCK => {
+                let me = self.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("lock wait".into())
+                    .spawn(move || me.wait(a, class, kind, reply));
+                if let Err(e) = spawned {
+                    tracing::error!("cannot start a lock wait: {e}");
+                }
+            }
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    /// FUSE getlk (F_GETLK, F_OFD_GETLK): the conflicting lock, or F_UNLCK.
+    pub fn getlk(&self, a: LockArgs, reply: ReplyLock) {
+        let kind = match kind_of(a.typ) {
+            Ok(k) if k != lock_kind::UNLOCK => k,
+            Ok(_) | Err(_) => return reply.error(fuser::Errno::EINVAL),
+        };
+        let req = GetLkReq {
+            ino: a.ino,
+            owner: a.owner,
+            kind,
+            start: a.start,
+            end: a.end,
+        };
+        match self.inst.get_lk(&req) {
+            Ok(Some(c)) => {
+                let typ = if c.kind == lock_kind::WRITE {
+                    libc::F_WRLCK
+                } else {
+                    libc::F_RDLCK
+                };
+                reply.locked(c.start, c.end, typ, c.pid)
+            }
+            Ok(None) => reply.locked(a.start, a.end, libc::F_UNLCK, 0),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    /// Close of a file by a process (FUSE flush): its POSIX locks on the file go.
+    pub fn flush(&self, ino: InodeNo, owner: u64) -> Result<(), Errno> {
+        let had = {
+            let mut st = self.state();
+            for owners in st.by_fh.values_mut() {
+                owners.remove(&owner);
+            }
+            st.held.remove(&(ino, owner, lock_class::POSIX)).is_some()
+        };
+        if had {
+            self.inst.unlock_owner(ino, owner, true, false)?;
+        }
+        Ok(())
+    }
+
+    /// Last close of an open file description (FUSE release): its flocks (the kernel
+    /// names their owner) and the OFD locks taken through it go.
+    pub fn release(&self, ino: InodeNo, fh: u64, flock_owner: Option<u64>) {
+        let (flock, ofd) = {
+            let mut st = self.state();
+            let flock =
+                flock_owner.filter(|o| st.held.remove(&(ino, *o, lock_class::FLOCK)).is_some());
+            let ofd: Vec<u64> = st
+                .by_fh
+                .remove(&fh)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|o| st.held.remove(&(ino, *o, lock_class::POSIX)).is_some())
+                .collect();
+            (flock, ofd)
+        };
+        if let Some(o) = flock {
+            if let Err(e) = self.inst.unlock_owner(ino, o, false, true) {
+                tracing::warn!(%ino, "dropping a flock at release failed: {e}");
+            }
+        }
+        for o in ofd {
+            if let Err(e) = self.inst.unlock_owner(ino, o, true, false) {
+                tracing::warn!(%ino, "dropping OFD locks at release failed: {e}");
+            }
+        }
+    }
+
+    /// An owner whose locks on the file went with a connection or a lease hears of it
+    /// once, at its next lock request there.
+    fn check_lost(&self, ino: InodeNo, owner: u64, class: u8) -> Result<(), Errno> {
+        let mut st = self.state();
+        let key = (ino, owner, class);
+        let Some(g) = st.held.get(&key).copied() else {
+            return Ok(());
+        };
+        if st.live(ino.home().0, g, Instant::now()) {
+            return Ok(());
+        }
+        st.held.remove(&key);
+        tracing::warn!(%ino, owner, "locks lost with the connection to their server");
+        Err(Errno::EIO)
+    }
+
+    /// One try at the home.
+    fn attempt(self: &Arc<Self>, a: &LockArgs, class: u8, kind: u8) -> Result<(), Errno> {
+        let server = a.ino.home();
+        let before = self.inst.lock_conn(server)?;
+        let sent = Instant::now();
+        let r = self.inst.lock(&LockReq {
+            ino: a.ino,
+            owner: a.owner,
+            class,
+            kind,
+            start: a.start,
+            end: a.end,
+            pid: a.pid,
+        });
+        let after = self.inst.lock_conn(server).ok();
+        let key = (a.ino, a.owner, class);
+        let mut st = self.state();
+        // Grants belong to the connection the request went out on; if another one
+        // took its place meanwhile, they count as lost already.
+        let epoch = match &r {
+            Ok(_) => st.observe(server.0, &before, sent),
+            Err(_) => st.leases.get(&server.0).map_or(0, |l| l.epoch),
+        };
+        if let Some(after) = after.filter(|c| !Arc::ptr_eq(c, &before)) {
+            st.observe(server.0, &after, sent);
+        }
+        let held = match r {
+            Ok(n) => n > 0,
+            // A conflict changes nothing, except that flock drops the old lock first.
+            Err(e) if e == EAGAIN => class == lock_class::POSIX && st.held.contains_key(&key),
+            Err(e) if e == Errno::EINVAL => st.held.contains_key(&key),
+            // No answer: the lock may have been taken; release it at close.
+            Err(_) => kind != lock_kind::UNLOCK || st.held.contains_key(&key),
+        };
+        if held {
+            let g = st.held.get(&key).copied().filter(|_| r.is_err());
+            st.held.insert(key, g.unwrap_or(Grant { epoch }));
+            if class == lock_class::POSIX {
+                st.by_fh.entry(a.fh).or_default().insert(a.owner);
+            }
+        } else {
+            st.held.remove(&key);
+        }
+        drop(st);
+        if r.is_ok() && held {
+            self.start_renewing();
+        }
+        r.map(|_| ())
+    }
+
+    /// A blocked request: ask again until granted, refused otherwise, or the caller
+    /// is signalled or gone.
+    fn wait(self: Arc<Self>, a: LockArgs, class: u8, kind: u8, reply: ReplyEmpty) {
+        let mut pause = FIRST_PAUSE;
+        let mut watch = SignalWatch::default();
+        loop {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(LONGEST_PAUSE);
+            if self.stopping.load(Ordering::SeqCst) {
+                return reply.error(fe(EINTR));
+            }
+            match watch.look(a.tid) {
+                Waiter::Waiting => {}
+                // The kernel turns EINTR from a lock request into ERESTARTSYS: the
+                // call restarts after a handler with SA_RESTART, as a local one does.
+                Waiter::Signalled | Waiter::Gone => return reply.error(fe(EINTR)),
+            }
+            match self.attempt(&a, class, kind) {
+                Err(e) if e == EAGAIN => {}
+                Ok(()) => return reply.ok(),
+                Err(e) => return reply.error(fe(e)),
+            }
+        }
+    }
+
+    /// Start the thread renewing this client's locks, once.
+    fn start_renewing(self: &Arc<Self>) {
+        if self.renewing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let me = Arc::downgrade(self);
+        let started = std::thread::Builder::new()
+            .name("lock renew".into())
+            .spawn(move || loop {
+                std::thread::sleep(RENEW);
+                let Some(locks) = me.upgrade() else { return };
+                if locks.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                locks.renew_all();
+            });
+        if let Err(e) = started {
+            self.renewing.store(false, Ordering::SeqCst);
+            tracing::error!("cannot start the lock renewal thread: {e}");
+        }
+    }
+
+    /// Renew at every server where this client holds live locks.
+    fn renew_all(&self) {
+        let servers: HashSet<u16> = {
+            let st = self.state();
+            let now = Instant::now();
+            st.held
+                .iter()
+                .filter(|((ino, _, _), g)| st.live(ino.home().0, **g, now))
+                .map(|((ino, _, _), _)| ino.home().0)
+                .collect()
+        };
+        for s in servers {
+            let server = spillway_types::ServerIndex(s);
+            let Ok(before) = self.inst.lock_conn(server) else {
+                continue;
+            };
+            let sent = Instant::now();
+            match self.inst.lock_renew(server) {
+                Ok(r) => {
+                    let mut st = self.state();
+                    st.observe(s, &before, sent);
+                    if r.lost {
+                        if let Some(l) = st.leases.get_mut(&s) {
+                            l.epoch += 1;
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(server = s, "renewing locks failed: {e}"),
+            }
+        }
+    }
+}
