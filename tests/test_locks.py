@@ -259,6 +259,28 @@ def test_a_killed_clients_locks_go(cluster, pair):
         subprocess.run(["umount", "-l", mp3], capture_output=True)
 
 
+def test_locks_node_keeps_locks_in_the_kernel(cluster, pair):
+    """`locks = node` (a client tunable, like Lustre's localflock): that mount's locks
+    are its node kernel's, not enforced against other mounts, and cost no round trip."""
+    a, b = pair
+    mp = os.path.join(cluster.dir, "mnt-nodelocks")
+    os.makedirs(mp, exist_ok=True)
+    tun = os.path.join(cluster.dir, "nodelocks.tunables")
+    with open(tun, "w") as f:
+        f.write("locks = node\n")
+    H.run_cli(cluster.binary, ["mount", "--instance", cluster.instance_path, "--tunables", tun, mp],
+              timeout=120)
+    w = None
+    try:
+        w = Holder(os.path.join(a, "f"), "fcntl", "ex", 0, 0)
+        assert try_lockf(os.path.join(b, "f"), fcntl.LOCK_EX, 0, 0) in CONFLICT
+        assert try_lockf(os.path.join(mp, os.path.basename(a), "f"), fcntl.LOCK_EX, 0, 0) == "ok"
+    finally:
+        if w:
+            w.kill()
+        H.run_cli(cluster.binary, ["umount", mp], timeout=120)
+
+
 # ----------------------------------------------------------------- open(O_CREAT)
 
 

@@ -854,9 +854,12 @@ impl Filesystem for SpillwayFs {
         if let Err(missing) = config.add_capabilities(wanted) {
             tracing::warn!("kernel lacks FUSE capabilities {missing:?}");
         }
-        // fcntl and flock locks held at the servers, across clients (locks.rs).
+        // fcntl and flock locks held at the servers, across clients (locks.rs); with
+        // `locks = node` the kernel keeps them, exclusive among this node's processes.
         let locks = InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS;
-        if let Err(missing) = config.add_capabilities(locks) {
+        if !self.tun.cluster_locks {
+            tracing::info!("locks = node: fcntl and flock locks are local to this node");
+        } else if let Err(missing) = config.add_capabilities(locks) {
             tracing::warn!("kernel lacks {missing:?}: those locks stay local to this node");
         }
         // POSIX ACLs enforced by the kernel from the xattrs it reads (acl.rs). With

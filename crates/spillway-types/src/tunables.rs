@@ -56,6 +56,12 @@ pub struct Tunables {
     /// Clients: a grant not drawn on for this long is given back to its server, so
     /// that idle clients do not hold space others need.
     pub grant_idle: Duration,
+    /// Clients: `fcntl`/`flock` locks held at the servers and enforced across every
+    /// mount (`locks = cluster`, the default), or left to this node's kernel
+    /// (`locks = node`: no round trip per lock call, but no exclusion between nodes,
+    /// like Lustre's `localflock`) for jobs whose lockers all run on one node, such as
+    /// SQLite on one compute node.
+    pub cluster_locks: bool,
     /// Largest kernel read/write request.
     pub max_write: u32,
     /// Kernel readahead window.
@@ -99,6 +105,7 @@ impl Default for Tunables {
             grant_per_connection: 64 << 20,
             grant_disk_reserve: 32 << 20,
             grant_idle: Duration::from_secs(2),
+            cluster_locks: true,
             max_write: 1 << 20,
             max_readahead: 4 << 20,
             readdir_page: 1024,
@@ -144,6 +151,18 @@ impl Tunables {
                 "grant_per_connection" => self.grant_per_connection = num()?,
                 "grant_disk_reserve" => self.grant_disk_reserve = num()?,
                 "grant_idle_ms" => self.grant_idle = Duration::from_millis(num()?),
+                "locks" => {
+                    self.cluster_locks = match v {
+                        "cluster" => true,
+                        "node" => false,
+                        _ => {
+                            return Err(format!(
+                                "line {}: locks: `cluster` or `node`, not {v}",
+                                n + 1
+                            ))
+                        }
+                    }
+                }
                 "max_write" => self.max_write = num()?.clamp(4096, 1 << 20) as u32,
                 "max_readahead" => self.max_readahead = num()?.clamp(4096, 64 << 20) as u32,
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,
@@ -226,5 +245,11 @@ mod tests {
         }
         t.apply_text("pfs_roots =").unwrap();
         assert!(t.pfs_roots.is_empty());
+        assert!(t.cluster_locks);
+        t.apply_text("locks = node").unwrap();
+        assert!(!t.cluster_locks);
+        t.apply_text("locks = cluster").unwrap();
+        assert!(t.cluster_locks);
+        assert!(t.apply_text("locks = yes").unwrap_err().contains("line 1"));
     }
 }
