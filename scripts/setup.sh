@@ -99,7 +99,7 @@ if ! command -v cargo >/dev/null 2>&1; then
             ! sh /tmp/rustup-init.sh -y --no-modify-path --profile minimal \
                 --component rustfmt,clippy </dev/null; then
             rm -f /tmp/rustup-init.sh
-            die "could not install Rust with rustup. Install a Rust toolchain (>= 1.85, with rustfmt and clippy) by hand so that 'cargo' is on PATH or in ~/.cargo/bin, then re-run $0"
+            die "could not install Rust with rustup. Install a Rust toolchain (>= 1.88, with rustfmt and clippy) by hand so that 'cargo' is on PATH or in ~/.cargo/bin, then re-run $0"
         fi
         rm -f /tmp/rustup-init.sh
         export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"

@@ -3,9 +3,7 @@
 //! decide placement themselves.
 
 use spillway_placement::{dentry_server, Layout};
-use spillway_types::{
-    Attr, Errno, InodeNo, InstanceDescriptor, ServerIndex, StripeIndex, Tunables,
-};
+use spillway_types::{Attr, Errno, InodeNo, InstanceDescriptor, ServerIndex, Tunables};
 use spillway_wire::messages::*;
 use spillway_wire::{Endpoint, PendingCall, PROTOCOL_VERSION};
 use std::path::Path;
@@ -560,10 +558,6 @@ impl Instance {
         }
         out.sort_by_key(|(_, x)| x.stripe);
         Ok(out)
-    }
-
-    pub fn stripe_of(&self, layout: &Layout, k: u64) -> ServerIndex {
-        layout.server_of(StripeIndex(k))
     }
 
     /// Every fragment's usage counters (libdatawarp's accounting), in server order.
