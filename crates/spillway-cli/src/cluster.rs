@@ -14,7 +14,7 @@ use spillway_types::capability::{self, Capability};
 use spillway_types::descriptor::{decode_hex, encode_hex};
 use spillway_types::InstanceDescriptor;
 use spillway_wire::messages::*;
-use spillway_wire::{Endpoint, PROTOCOL_VERSION};
+use spillway_wire::Endpoint;
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -241,14 +241,7 @@ fn admin(s: &ServerState) -> Result<Endpoint, String> {
     let key =
         std::fs::read_to_string(&key_path).map_err(|e| format!("{}: {e}", key_path.display()))?;
     let key = decode_hex(key.trim()).ok_or_else(|| format!("{} is not hex", key_path.display()))?;
-    let hello = HelloReq {
-        version_min: PROTOCOL_VERSION,
-        version_max: PROTOCOL_VERSION,
-        role: role::ADMIN,
-        instance: 0,
-        credential: key,
-        peer_name: "spillway-cluster".into(),
-    };
+    let hello = HelloReq::new(role::ADMIN, 0, key, "spillway-cluster");
     Ok(Endpoint::new(
         s.listen.clone(),
         hello,

@@ -5,7 +5,7 @@
 use spillway_placement::{dentry_server, Layout};
 use spillway_types::{Attr, Errno, InodeNo, InstanceDescriptor, ServerIndex, Tunables};
 use spillway_wire::messages::*;
-use spillway_wire::{Endpoint, PendingCall, PROTOCOL_VERSION};
+use spillway_wire::{Endpoint, PendingCall};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -72,14 +72,7 @@ impl Instance {
             .servers
             .iter()
             .map(|addr| {
-                let hello = HelloReq {
-                    version_min: PROTOCOL_VERSION,
-                    version_max: PROTOCOL_VERSION,
-                    role,
-                    instance: desc.instance,
-                    credential: desc.credential_bytes(),
-                    peer_name: peer_name.to_string(),
-                };
+                let hello = HelloReq::new(role, desc.instance, desc.credential_bytes(), peer_name);
                 let ep = Endpoint::new(
                     addr.clone(),
                     hello,

@@ -88,6 +88,20 @@ wire_struct!(HelloReq {
     /// Free text for the server's log (hostname, pid).
     peer_name: String,
 });
+impl HelloReq {
+    /// The one way to say hello: this build's protocol version as both ends of the
+    /// range, so every client, peer and admin connection offers the same versions.
+    pub fn new(role: u8, instance: u64, credential: Vec<u8>, peer_name: impl Into<String>) -> Self {
+        HelloReq {
+            version_min: crate::PROTOCOL_VERSION,
+            version_max: crate::PROTOCOL_VERSION,
+            role,
+            instance,
+            credential,
+            peer_name: peer_name.into(),
+        }
+    }
+}
 wire_struct!(HelloReply {
     version: u16,
     server_index: u16,

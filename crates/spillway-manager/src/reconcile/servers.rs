@@ -45,14 +45,7 @@ pub struct Servers {
 }
 
 pub(crate) fn hello(role: u8, instance: u64, credential: Vec<u8>) -> HelloReq {
-    HelloReq {
-        version_min: 1,
-        version_max: 1,
-        role,
-        instance,
-        credential,
-        peer_name: "spillway-manager".into(),
-    }
+    HelloReq::new(role, instance, credential, "spillway-manager")
 }
 
 fn describe(e: Errno) -> CallError {

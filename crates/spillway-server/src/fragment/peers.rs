@@ -16,19 +16,17 @@ pub struct Peers {
 
 impl Peers {
     pub fn new(config: &FragmentConfig, deadline: Duration, reconnect_window: Duration) -> Peers {
-        let hello = HelloReq {
-            version_min: spillway_wire::PROTOCOL_VERSION,
-            version_max: spillway_wire::PROTOCOL_VERSION,
-            role: role::PEER,
-            instance: config.instance,
-            credential: config.credential_bytes(),
-            peer_name: format!(
+        let hello = HelloReq::new(
+            role::PEER,
+            config.instance,
+            config.credential_bytes(),
+            format!(
                 "spillway-server pid {} fragment {}/{}",
                 std::process::id(),
                 config.instance,
                 config.index
             ),
-        };
+        );
         Peers {
             addrs: config.peers.clone(),
             hello,
