@@ -336,9 +336,9 @@ impl Munge {
         }
         let payload = match (owned.0.is_null(), usize::try_from(len)) {
             (true, _) | (_, Ok(0)) => Vec::new(),
-            // SAFETY: libmunge allocated `len` bytes at `buf` (plus a NUL it does not
-            // count); copied out before `owned` frees them.
             (false, Ok(n)) => {
+                // SAFETY: libmunge allocated `len` bytes at `buf` (plus a NUL it does
+                // not count); copied out before `owned` frees them.
                 unsafe { std::slice::from_raw_parts(owned.0.cast::<u8>(), n) }.to_vec()
             }
             (false, Err(_)) => {

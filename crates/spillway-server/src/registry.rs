@@ -163,6 +163,7 @@ impl Registry {
     pub fn status(&self) -> StoreResult<ServerStatusReply> {
         let path = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes())
             .map_err(|_| fs(Errno::EINVAL))?;
+        // SAFETY: statvfs is plain old data; all zeroes is a valid value.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: path is NUL-terminated and st is a valid out-pointer.
         if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {

@@ -442,6 +442,7 @@ fn a_source_that_is_not_a_regular_file_fails_naming_it() {
 
 #[test]
 fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
+    // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return;
     }
@@ -619,6 +620,7 @@ fn small_files_are_staged_by_the_server_holding_them() {
     }
 
     // nobody may not replace root's files (the directories stay root's, 0755).
+    // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let o = stage_in(65534);
         assert_eq!(o.state, stage_state::FAILED);

@@ -216,6 +216,7 @@ mod tests {
 
     #[test]
     fn a_restart_removes_only_the_stages_own_temporaries_under_the_roots() {
+        // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return;
         }

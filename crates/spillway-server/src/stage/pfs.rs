@@ -577,6 +577,7 @@ fn split_last<'a>(rel: &'a Path, shown: &str) -> Result<(&'a Path, &'a OsStr), F
 
 fn openat2(dir: &OwnedFd, rel: &Path, flags: i32, mode: u32) -> Result<OwnedFd, i32> {
     let c = CString::new(rel.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)?;
+    // SAFETY: open_how is plain old data; all zeroes is a valid value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = flags as u64;
     how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
@@ -653,6 +654,7 @@ pub fn unchanged_since(file: &File, st: &PfsStat, src: &str) -> Result<(), Failu
 }
 
 pub fn fstat(fd: &impl AsRawFd) -> Result<PfsStat, i32> {
+    // SAFETY: stat is plain old data; all zeroes is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: st is a valid out pointer; fd is open.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
@@ -663,6 +665,7 @@ pub fn fstat(fd: &impl AsRawFd) -> Result<PfsStat, i32> {
 
 fn fstatat_nofollow(dir: &OwnedFd, name: &[u8]) -> Result<PfsStat, i32> {
     let c = CString::new(name).map_err(|_| libc::EINVAL)?;
+    // SAFETY: stat is plain old data; all zeroes is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: c is one NUL-terminated component; st is a valid out pointer.
     let rc = unsafe {
@@ -727,12 +730,14 @@ fn list_names(dir: &OwnedFd) -> Result<Vec<Vec<u8>>, i32> {
     let d = unsafe { libc::fdopendir(fd) };
     if d.is_null() {
         let e = errno();
+        // SAFETY: fdopendir failed, so fd is still ours to close, once.
         unsafe { libc::close(fd) };
         return Err(e);
     }
     let mut names = Vec::new();
     let result = loop {
         // readdir signals the end and errors both with NULL: errno tells them apart.
+        // SAFETY: __errno_location points at this thread's errno.
         unsafe { *libc::__errno_location() = 0 };
         // SAFETY: d is an open DIR*.
         let ent = unsafe { libc::readdir64(d) };
@@ -956,6 +961,7 @@ mod tests {
 
     #[test]
     fn the_owner_needs_permission() {
+        // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return;
         }
