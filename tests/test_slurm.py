@@ -33,18 +33,6 @@ HOST = socket.gethostname().split(".")[0]
 
 
 @pytest.fixture(scope="module")
-def tools(spillway_bin, _local_base):
-    """Copies of the tools Slurm runs, in a directory the SlurmUser can reach (the build
-    tree may lie under a 0700 home)."""
-    d = tempfile.mkdtemp(prefix="bin-", dir=_local_base)
-    os.chmod(d, 0o755)
-    for name in ("dw_wlm_cli", "dwstat"):
-        shutil.copy2(os.path.join(os.path.dirname(spillway_bin), name), os.path.join(d, name))
-        os.chmod(os.path.join(d, name), 0o755)
-    return d
-
-
-@pytest.fixture(scope="module")
 def spw(spillway_bin, munged, _local_base, pfs, users):
     """The Spillway site; the SlurmUser's group are its admins (dw_wlm_cli runs as it)."""
     d = tempfile.mkdtemp(prefix="site-", dir=_local_base)

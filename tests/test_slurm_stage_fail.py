@@ -32,17 +32,6 @@ TEMP = re.compile(r"^\..*\.spillway-\d+-\d+$")
 
 
 @pytest.fixture(scope="module")
-def tools(spillway_bin, _local_base):
-    """Copies of the tools Slurm runs, where the SlurmUser can reach them."""
-    d = tempfile.mkdtemp(prefix="bin-", dir=_local_base)
-    os.chmod(d, 0o755)
-    for name in ("dw_wlm_cli", "dwstat"):
-        shutil.copy2(os.path.join(os.path.dirname(spillway_bin), name), os.path.join(d, name))
-        os.chmod(os.path.join(d, name), 0o755)
-    return d
-
-
-@pytest.fixture(scope="module")
 def spw(spillway_bin, munged, _local_base, pfs, users):
     d = tempfile.mkdtemp(prefix="site-", dir=_local_base)
     os.chmod(d, 0o755)
