@@ -24,7 +24,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "harness"))
 from sitehelpers import LocalSite  # noqa: E402
 
 REPS = int(os.environ.get("BENCH_CP_REPS", "20"))

@@ -21,13 +21,13 @@ PACKAGES=(
     libsqlite3-dev sqlite3
     fuse3 libfuse3-dev kmod
     fio fsmark jq
-    acl rsync   # setfacl/getfacl, rsync -aA: tests/test_acl.py
+    acl rsync   # setfacl/getfacl, rsync -aA: tests/posix/test_acl.py
     xfsprogs e2fsprogs util-linux
     iproute2 procps psmisc
     python3 python3-pytest python3-hypothesis python3-pytest-timeout
     shellcheck
     munge libmunge-dev
-    # Slurm 22.05 for tests/slurm.py (the tests run their own slurmctld and slurmd):
+    # Slurm 22.05 for tests/harness/slurm.py (the tests run their own slurmctld and slurmd):
     # the daemons, the client commands (sbatch, scontrol, squeue, scancel, sinfo) and
     # the plugins, among them burst_buffer_datawarp.so, burst_buffer_lua.so (which pulls
     # in liblua5.1-0) and serializer_json.so (the lua plugin parses pools JSON with it).
@@ -71,7 +71,7 @@ else
 fi
 
 # ---------------------------------------------------------------- Slurm
-# The tests run slurmctld and slurmd of their own (tests/slurm.py: own slurm.conf, ports,
+# The tests run slurmctld and slurmd of their own (tests/harness/slurm.py: own slurm.conf, ports,
 # state and munged); Debian's services stay off. Their systemd units and init scripts only
 # start with an /etc/slurm/slurm.conf, which a test machine does not have; the postinst
 # enables the units all the same, so where systemd runs and Slurm is unconfigured they are

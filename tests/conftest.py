@@ -22,7 +22,7 @@ import pytest
 import munged as munged_helper
 import spwhelpers as H
 
-# The Slurm fixtures (slurm_sites, slurm_site) and the `slurm` marker: tests/slurmfixtures.py
+# The Slurm fixtures (slurm_sites, slurm_site) and the `slurm` marker: tests/harness/slurmfixtures.py
 pytest_plugins = ["slurmfixtures"]
 
 DEFAULT_TEST_TIMEOUT = int(os.environ.get("SPILLWAY_TEST_TIMEOUT", "300"))
@@ -111,7 +111,7 @@ def as_user():
 
 @pytest.fixture(scope="session")
 def munged():
-    """A private munged for the session (tests/munged.py): own key and socket in a 0755
+    """A private munged for the session (tests/harness/munged.py): own key and socket in a 0755
     directory under /tmp, so that any uid can reach it; .socket, .munge(), .unmunge()."""
     d = tempfile.mkdtemp(prefix=H.BASE_PREFIX + "munged-")
     try:
@@ -171,20 +171,9 @@ def clusters(request, spillway_bin):
 
     def get(**opts):
         opts = {**{"servers": 2, "capacity": "4G"}, **opts}
-        key = tuple(sorted(opts.items()))
-        if key not in cache:
-            c = H.Cluster(spillway_bin, f"{tag}{len(cache)}", **opts)
-            cache[key] = c  # registered first: torn down even if `up` fails half-way
-            try:
-                c.up()
-            except Exception as e:
-                c.start_error = e
-            if getattr(c, "start_error", None):
-                pytest.fail(f"cluster up failed: {c.start_error}", pytrace=False)
-        c = cache[key]
-        if getattr(c, "start_error", None):
-            pytest.fail(f"cluster up failed earlier in this module: {c.start_error}", pytrace=False)
-        return c
+        return H.started_once(cache, tuple(sorted(opts.items())),
+                              lambda: H.Cluster(spillway_bin, f"{tag}{len(cache)}", **opts),
+                              lambda c: c.up(), "cluster up")
 
     yield get
 
@@ -193,7 +182,7 @@ def clusters(request, spillway_bin):
     for c in cache.values():
         logs = None
         if failed or getattr(c, "start_error", None):
-            logs = os.path.join("/tmp/spillway-tests-logs", os.path.basename(c.dir))
+            logs = H.kept_logs_dir(c.dir)
         p = c.teardown(keep_logs_to=logs)
         if logs:
             print(f"\n[spillway] logs of {c.dir} kept in {logs}")
@@ -234,16 +223,8 @@ def make_test_dir(parent, request):
 
 
 def remove_test_dir(d):
-    if H.KEEP:
-        return
-    # make everything removable (tests chmod things to 0000 / 0555)
-    for dirpath, dirnames, filenames in os.walk(d):
-        for n in dirnames:
-            try:
-                os.chmod(os.path.join(dirpath, n), 0o755)
-            except OSError:
-                pass
-    shutil.rmtree(d, ignore_errors=True)
+    if not H.KEEP:
+        H.force_rmtree(d)  # tests chmod things to 0000 / 0555
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Run examples/job.sh.in through real Slurm (scripts/demo-slurm.sh): Debian's slurmctld
-and slurmd (the tests' SlurmSite, tests/slurm.py: own slurm.conf, ports and state under
+and slurmd (the tests' SlurmSite, tests/harness/slurm.py: own slurm.conf, ports and state under
 DIR) with burst_buffer/datawarp pointed at the installed dw_wlm_cli, the job submitted
 with sbatch as USER, what Slurm shows while it runs, its output.
 
@@ -12,7 +12,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 
 import slurm as S  # noqa: E402
 

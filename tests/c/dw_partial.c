@@ -1,4 +1,4 @@
-/* A stage-out terminated part-way, as libdatawarp reports it (tests/test_stage_partial.py):
+/* A stage-out terminated part-way, as libdatawarp reports it (tests/staging/test_stage_partial.py):
  * a first stage-out of DW_FILE completes; a second one is terminated once it runs;
  * wait and query must then answer about the terminated stage (started: rc 0, nothing
  * complete, pending, deferred or failed), neither -EINVAL nor the first stage's

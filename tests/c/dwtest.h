@@ -1,4 +1,4 @@
-/* Shared by the libdatawarp test programs (tests/test_libdatawarp.py runs them). */
+/* Shared by the libdatawarp test programs (tests/staging/test_libdatawarp.py runs them). */
 #ifndef DWTEST_H
 #define DWTEST_H
 
