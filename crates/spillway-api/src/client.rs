@@ -2,6 +2,7 @@
 //! with every request (munged refuses a replayed one), and turns 4xx/5xx answers into
 //! `ApiError::Status` with the manager's message.
 
+use crate::config::ClientConfig;
 use crate::model::ErrorBody;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -93,6 +94,19 @@ impl ApiClient {
             agent,
             credential,
         })
+    }
+
+    /// The client every command and daemon uses: the manager and CA the client
+    /// configuration names, a fresh MUNGE credential (of this process's user) per
+    /// request — munged refuses a replayed one.
+    pub fn munge(cfg: &ClientConfig, timeout: Duration) -> Result<ApiClient, ApiError> {
+        let munge = spillway_munge::Munge::new(cfg.munge_socket.clone());
+        let credential: CredentialSource = Box::new(move || {
+            munge
+                .encode(b"")
+                .map_err(|e| format!("cannot get a MUNGE credential: {e}"))
+        });
+        ApiClient::new(&cfg.manager_url, &cfg.ca_file, credential, timeout)
     }
 
     fn url(&self, path: &str) -> String {

@@ -36,14 +36,7 @@ const MANAGER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The manager's REST API with a fresh MUNGE credential (root's) per request.
 fn manager_client(c: &ClientConfig) -> Result<ApiClient, String> {
-    let munge = spillway_munge::Munge::new(c.munge_socket.clone());
-    ApiClient::new(
-        &c.manager_url,
-        &c.ca_file,
-        Box::new(move || munge.encode(b"").map_err(|e| format!("MUNGE: {e}"))),
-        MANAGER_TIMEOUT,
-    )
-    .map_err(|e| format!("manager {}: {e}", c.manager_url))
+    ApiClient::munge(c, MANAGER_TIMEOUT).map_err(|e| format!("manager {}: {e}", c.manager_url))
 }
 
 /// Mount and serve until unmounted. Returns when the mount is gone.

@@ -1,13 +1,12 @@
-//! Reaching the manager: the client configuration file, a MUNGE credential per request,
-//! and how a failure is told to the user.
+//! Reaching the manager: the client configuration file (the MUNGE-authenticated client
+//! is `ApiClient::munge`), answers kept as raw JSON for `--json`, and how a failure is
+//! told to the user.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::value::RawValue;
-use spillway_api::client::CredentialSource;
 use spillway_api::config::ClientConfig;
 use spillway_api::{ApiClient, ApiError};
-use spillway_munge::Munge;
 use std::path::Path;
 use std::time::Duration;
 
@@ -70,17 +69,10 @@ pub const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 /// The manager's client, as the configuration file at `config` (or `$SPILLWAY_CONFIG`,
 /// or /etc/spillway/spillway.conf) says.
 pub fn client(config: Option<&Path>, timeout: Duration) -> Result<Manager, Failure> {
-    let path = ClientConfig::locate(config);
-    let cfg = ClientConfig::load(&path)?;
-    let munge = Munge::new(cfg.munge_socket.clone());
-    // munged refuses a replayed credential, so every request gets a fresh one.
-    let credential: CredentialSource = Box::new(move || {
-        munge
-            .encode(b"")
-            .map_err(|e| format!("cannot get a MUNGE credential: {e}"))
-    });
-    let api = ApiClient::new(&cfg.manager_url, &cfg.ca_file, credential, timeout)?;
-    Ok(Manager { api })
+    let cfg = ClientConfig::load(&ClientConfig::locate(config))?;
+    Ok(Manager {
+        api: ApiClient::munge(&cfg, timeout)?,
+    })
 }
 
 /// The manager, answering raw JSON: `--json` prints it as received, tables and
@@ -126,21 +118,6 @@ impl Manager {
     }
 }
 
-/// A path segment for a name (pool, node). Names the manager accepts are plain
-/// (letters, digits, `_.-`), but a typo may hold `/` or `?`; escaped, it reaches the
-/// manager as the wrong name and gets a clear "no such" answer instead of another route.
-pub fn segment(name: &str) -> String {
-    let mut s = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            s.push(b as char);
-        } else {
-            s.push_str(&format!("%{b:02X}"));
-        }
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,11 +154,5 @@ mod tests {
             e.starts_with("dwstat: cannot read /nonexistent/spillway.conf"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn segments_are_escaped() {
-        assert_eq!(segment("wlm_pool"), "wlm_pool");
-        assert_eq!(segment("a/b?c d"), "a%2Fb%3Fc%20d");
     }
 }

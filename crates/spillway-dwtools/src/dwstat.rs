@@ -4,9 +4,11 @@ use crate::connect::{self, Failure, Manager, STAT_TIMEOUT};
 use crate::format::Zone;
 use crate::json;
 use crate::render::{self, Resource};
+use clap::builder::PossibleValue;
 use clap::{Parser, ValueEnum};
 use serde_json::value::RawValue;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -31,27 +33,36 @@ pub struct Cli {
     pub tables: Vec<Which>,
 }
 
-/// A table, or `most`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// A table, or `most`. Its words are `Resource`'s (`dwcli ls` takes the same ones)
+/// plus `most`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Which {
-    #[value(alias = "pool")]
-    Pools,
-    #[value(alias = "node")]
-    Nodes,
-    #[value(alias = "session")]
-    Sessions,
-    #[value(alias = "instance")]
-    Instances,
-    #[value(alias = "configuration")]
-    Configurations,
-    #[value(alias = "fragment")]
-    Fragments,
-    #[value(alias = "activation")]
-    Activations,
-    #[value(alias = "stage")]
-    Stages,
+    Table(Resource),
     /// pools, sessions, instances, configurations, activations
     Most,
+}
+
+impl ValueEnum for Which {
+    fn value_variants<'a>() -> &'a [Self] {
+        static ALL: OnceLock<Vec<Which>> = OnceLock::new();
+        ALL.get_or_init(|| {
+            Resource::value_variants()
+                .iter()
+                .map(|r| Which::Table(*r))
+                .chain([Which::Most])
+                .collect()
+        })
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        match self {
+            Which::Table(r) => r.to_possible_value(),
+            Which::Most => Some(
+                PossibleValue::new("most")
+                    .help("pools, sessions, instances, configurations, activations"),
+            ),
+        }
+    }
 }
 
 /// The resources to list, in order. Pools come first in `most` because scripts read
@@ -63,14 +74,7 @@ pub fn plan(tables: &[Which]) -> Vec<Resource> {
     let mut out = Vec::new();
     for t in tables {
         match t {
-            Which::Pools => out.push(Resource::Pools),
-            Which::Nodes => out.push(Resource::Nodes),
-            Which::Sessions => out.push(Resource::Sessions),
-            Which::Instances => out.push(Resource::Instances),
-            Which::Configurations => out.push(Resource::Configurations),
-            Which::Fragments => out.push(Resource::Fragments),
-            Which::Activations => out.push(Resource::Activations),
-            Which::Stages => out.push(Resource::Stages),
+            Which::Table(r) => out.push(*r),
             Which::Most => out.extend([
                 Resource::Pools,
                 Resource::Sessions,
@@ -93,13 +97,13 @@ pub fn show(
 ) -> Result<String, Failure> {
     let mut answers = Vec::with_capacity(resources.len());
     for r in resources {
-        answers.push(m.get(&r.path())?);
+        answers.push(m.get(r.path())?);
     }
     let raws: Vec<&RawValue> = answers.iter().map(|a| a.0.as_ref()).collect();
     let needs_nodes =
         !json && resources.contains(&Resource::Fragments) && !resources.contains(&Resource::Nodes);
     let nodes = if needs_nodes {
-        Some(m.get(&Resource::Nodes.path())?)
+        Some(m.get(Resource::Nodes.path())?)
     } else {
         None
     };

@@ -3,7 +3,8 @@
 //! `dw_wlm_cli` drives a job's burst-buffer phases for Slurm.
 //! Neither keeps state; every answer comes from the manager. See docs/cli.md.
 //!
-//! * `connect` — the client configuration, MUNGE credentials, failures and exit codes.
+//! * `connect` — reaching the manager (`ApiClient::munge`), raw answers, failures and
+//!   exit codes.
 //! * `args`    — option values (sizes, octal modes, access modes, host lists).
 //! * `format`  — cells: times, sizes, booleans, empty text.
 //! * `table`   — aligned text tables.

@@ -13,6 +13,7 @@ use crate::format::{self, Zone};
 use crate::table::Table;
 use serde::Deserialize;
 use spillway_api::model::*;
+use spillway_api::paths;
 pub use spillway_types::errno::errno_name;
 use std::collections::{BTreeMap, HashMap};
 
@@ -38,22 +39,24 @@ pub enum Resource {
 }
 
 impl Resource {
-    /// The member of the list answer, and the last part of the collection's path.
+    /// The member of the list answer: the last part of the collection's path.
     pub fn key(self) -> &'static str {
-        match self {
-            Resource::Pools => "pools",
-            Resource::Nodes => "nodes",
-            Resource::Sessions => "sessions",
-            Resource::Instances => "instances",
-            Resource::Configurations => "configurations",
-            Resource::Fragments => "fragments",
-            Resource::Activations => "activations",
-            Resource::Stages => "stages",
-        }
+        let path = self.path();
+        path.rsplit('/').next().unwrap_or(path)
     }
 
-    pub fn path(self) -> String {
-        format!("/dw/v1/{}", self.key())
+    /// The collection's path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Resource::Pools => paths::POOLS,
+            Resource::Nodes => paths::NODES,
+            Resource::Sessions => paths::SESSIONS,
+            Resource::Instances => paths::INSTANCES,
+            Resource::Configurations => paths::CONFIGURATIONS,
+            Resource::Fragments => paths::FRAGMENTS,
+            Resource::Activations => paths::ACTIVATIONS,
+            Resource::Stages => paths::STAGES,
+        }
     }
 }
 
@@ -111,23 +114,19 @@ pub fn table(
 }
 
 pub fn pools(pools: &[Pool]) -> String {
-    let mut t = Table::new(&["pool", "units", "quantity", "free", "gran"]);
-    for p in pools {
-        t.row(vec![
+    Table::list("pool units quantity free gran", pools, |p| {
+        vec![
             format::text(&p.id),
             format::text(&p.units),
             format::granules(p.quantity, p.granularity),
             format::granules(p.free, p.granularity),
             format::size(p.granularity),
-        ]);
-    }
-    t.render()
+        ]
+    })
 }
 
 pub fn nodes(nodes: &[Node]) -> String {
-    let mut t = Table::new(&[
-        "node", "pool", "online", "drain", "gran", "capacity", "insts", "activs",
-    ]);
+    let mut t = Table::with_header("node pool online drain gran capacity insts activs");
     let mut notes = String::new();
     for n in nodes {
         t.row(vec![
@@ -155,76 +154,57 @@ pub fn nodes(nodes: &[Node]) -> String {
 }
 
 pub fn sessions(sessions: &[Session], zone: Zone) -> String {
-    let mut t = Table::new(&[
-        "sess",
-        "state",
-        "token",
-        "creator",
-        "owner",
-        "created",
-        "expiration",
-        "nodes",
-    ]);
-    for s in sessions {
-        t.row(vec![
-            s.id.to_string(),
-            s.state.column(),
-            format::text(&s.token),
-            format::text(&s.creator),
-            s.owner.to_string(),
-            format::time(s.created, zone),
-            format::expiration(s.expiration, zone),
-            s.links.client_nodes.len().to_string(),
-        ]);
-    }
-    t.render()
+    Table::list(
+        "sess state token creator owner created expiration nodes",
+        sessions,
+        |s| {
+            vec![
+                s.id.to_string(),
+                s.state.column(),
+                format::text(&s.token),
+                format::text(&s.creator),
+                s.owner.to_string(),
+                format::time(s.created, zone),
+                format::expiration(s.expiration, zone),
+                s.links.client_nodes.len().to_string(),
+            ]
+        },
+    )
 }
 
 pub fn instances(instances: &[Instance], zone: Zone) -> String {
-    let mut t = Table::new(&[
-        "inst",
-        "state",
-        "sess",
-        "bytes",
-        "nodes",
-        "created",
-        "expiration",
-        "intact",
-        "label",
-        "public",
-        "confs",
-    ]);
-    for i in instances {
-        t.row(vec![
-            i.id.to_string(),
-            i.state.column(),
-            i.links.session.to_string(),
-            format::size(i.capacity.bytes),
-            i.capacity.nodes.to_string(),
-            format::time(i.created, zone),
-            format::expiration(i.expiration, zone),
-            format::boolean(i.intact).into(),
-            format::text(&i.label),
-            if i.public { "public" } else { "private" }.into(),
-            i.links.configurations.len().to_string(),
-        ]);
-    }
-    t.render()
+    Table::list(
+        "inst state sess bytes nodes created expiration intact label public confs",
+        instances,
+        |i| {
+            vec![
+                i.id.to_string(),
+                i.state.column(),
+                i.links.session.to_string(),
+                format::size(i.capacity.bytes),
+                i.capacity.nodes.to_string(),
+                format::time(i.created, zone),
+                format::expiration(i.expiration, zone),
+                format::boolean(i.intact).into(),
+                format::text(&i.label),
+                if i.public { "public" } else { "private" }.into(),
+                i.links.configurations.len().to_string(),
+            ]
+        },
+    )
 }
 
 pub fn configurations(confs: &[Configuration]) -> String {
-    let mut t = Table::new(&["conf", "state", "inst", "type", "access_type", "activs"]);
-    for c in confs {
-        t.row(vec![
+    Table::list("conf state inst type access_type activs", confs, |c| {
+        vec![
             c.id.to_string(),
             c.state.column(),
             c.links.instance.to_string(),
             c.kind.as_str().into(),
             c.access_mode.as_str().into(),
             c.links.activations.len().to_string(),
-        ]);
-    }
-    t.render()
+        ]
+    })
 }
 
 /// `gran` is the granularity of the pool of the fragment's node (a node cannot change
@@ -235,7 +215,7 @@ pub fn fragments(frags: &[Fragment], nodes: &[Node]) -> String {
         .iter()
         .map(|n| (n.id.as_str(), n.granularity))
         .collect();
-    let mut t = Table::new(&["frag", "state", "inst", "capacity", "gran", "node"]);
+    let mut t = Table::with_header("frag state inst capacity gran node");
     for f in frags {
         t.row(vec![
             f.id.to_string(),
@@ -256,7 +236,7 @@ pub fn fragments(frags: &[Fragment], nodes: &[Node]) -> String {
 /// nodes, `status` what their agents reported (see `status_summary`). After the table,
 /// one line per node whose mount or unmount failed, with the agent's message.
 pub fn activations(acts: &[Activation]) -> String {
-    let mut t = Table::new(&["activ", "state", "sess", "conf", "nodes", "mount", "status"]);
+    let mut t = Table::with_header("activ state sess conf nodes mount status");
     let mut notes = String::new();
     for a in acts {
         t.row(vec![
@@ -287,9 +267,7 @@ pub fn activations(acts: &[Activation]) -> String {
 /// `done/total` (`?` for a total not known yet: the stage has not enumerated its
 /// files), `failed` the files that failed. A failed stage's reason follows the table.
 pub fn stages(stages: &[Stage]) -> String {
-    let mut t = Table::new(&[
-        "stage", "inst", "owner", "dir", "type", "state", "files", "failed", "bytes", "server",
-    ]);
+    let mut t = Table::with_header("stage inst owner dir type state files failed bytes server");
     let mut notes = String::new();
     for s in stages {
         let (files_total, bytes_total) = if s.enumerated {

@@ -12,6 +12,8 @@ use crate::json;
 use crate::render::{errno_name, stages as stages_table};
 use clap::{ArgGroup, Args, Subcommand};
 use spillway_api::model::*;
+use spillway_api::paths;
+use spillway_api::query::{FailuresQuery, StageListQuery, WaitQuery};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -274,10 +276,12 @@ fn failure_lines(m: &Manager, s: &Stage) -> Result<String, Failure> {
     let mut after = String::new();
     let mut n = 0usize;
     loop {
-        let q = format!(
-            "/dw/v1/instances/{}/stage_failures?limit=1000&after={}",
+        let q = paths::stage_failures(
             s.instance,
-            crate::connect::segment(&after)
+            &FailuresQuery {
+                after: Some(after.clone()),
+                limit: Some(1000),
+            },
         );
         // The instance may be gone (a stage-out at teardown): then only the stage's
         // own error is left to print.
@@ -317,7 +321,7 @@ pub fn wait(m: &Manager, id: u64, timeout: Option<u64>, json_out: bool) -> Resul
         let elapsed = start.elapsed();
         let left = limit.map(|l| l.saturating_sub(elapsed));
         let w = left.map(|l| l.as_secs().clamp(0, 2)).unwrap_or(2);
-        let a = m.get(&format!("/dw/v1/stages/{id}?wait={w}"))?;
+        let a = m.get(&paths::stage_waiting(id, &WaitQuery { wait: Some(w) }))?;
         let s: Stage = a.parse()?;
         let base = *first_bytes.get_or_insert(s.bytes_done);
         let secs = start.elapsed().as_secs_f64().max(0.001);
@@ -376,7 +380,7 @@ pub fn run(m: &Manager, cmd: &StageCmd, json_out: bool) -> Result<u8, Failure> {
                 None => None,
             };
             let body = new_stage(dir, a, text.as_deref())?;
-            let ans = m.post("/dw/v1/stages", &body)?;
+            let ans = m.post(paths::STAGES, &body)?;
             let s: Stage = ans.parse()?;
             if a.wait {
                 if !json_out {
@@ -393,9 +397,14 @@ pub fn run(m: &Manager, cmd: &StageCmd, json_out: bool) -> Result<u8, Failure> {
         }
         StageCmd::Status { id, instance } => {
             let (path, one) = match (id, instance) {
-                (Some(id), _) => (format!("/dw/v1/stages/{id}"), true),
-                (None, Some(i)) => (format!("/dw/v1/stages?instance={i}"), false),
-                (None, None) => ("/dw/v1/stages".to_string(), false),
+                (Some(id), _) => (paths::stage(*id), true),
+                (None, instance) => (
+                    paths::stages_where(&StageListQuery {
+                        instance: *instance,
+                        ..Default::default()
+                    }),
+                    false,
+                ),
             };
             let a = m.get(&path)?;
             if json_out {
@@ -421,7 +430,7 @@ pub fn run(m: &Manager, cmd: &StageCmd, json_out: bool) -> Result<u8, Failure> {
                 StageCmd::Revoke { .. } => ("revoke", StageAction::Revoke),
                 _ => ("activate", StageAction::Activate),
             };
-            let a = m.patch(&format!("/dw/v1/stages/{id}"), &StageUpdate { action })?;
+            let a = m.patch(&paths::stage(*id), &StageUpdate { action })?;
             if json_out {
                 out(&json::pretty(a.raw()));
             } else {

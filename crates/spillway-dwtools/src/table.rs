@@ -15,6 +15,22 @@ impl Table {
         }
     }
 
+    /// A table whose header is `line` as printed: the column names separated by spaces
+    /// (no name holds one).
+    pub fn with_header(line: &'static str) -> Table {
+        Table::new(&line.split_whitespace().collect::<Vec<_>>())
+    }
+
+    /// The table of `items` under the header `line` (as `with_header`), one row each
+    /// (`row`: its cells in header order).
+    pub fn list<T>(line: &'static str, items: &[T], row: impl Fn(&T) -> Vec<String>) -> String {
+        let mut t = Table::with_header(line);
+        for i in items {
+            t.row(row(i));
+        }
+        t.render()
+    }
+
     /// One object's cells, in header order.
     pub fn row(&mut self, cells: Vec<String>) {
         // A short or long row would shift columns silently; every caller builds rows

@@ -16,6 +16,7 @@ use crate::directive::{
 };
 use crate::error::{ScriptError, ScriptErrors};
 use crate::script;
+use spillway_api::stage_path::{StagePath, StagePathError};
 
 /// The instance a `$DW_*` path names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -323,23 +324,20 @@ fn instance_side(spec: &JobSpec, c: &str, key: &str, v: &str) -> Result<Instance
     Ok(InstancePath { target, path })
 }
 
-/// Collapse repeated `/` and drop a trailing one; refuse `.` and `..` components (a
-/// stage path says exactly where it goes).
+/// A stage path as the script wrote it, in normal form ([`StagePath::exact`]: repeated
+/// and trailing `/` collapse; `.` and `..` are refused, as a stage path says exactly
+/// where it goes).
 fn normalise(c: &str, key: &str, v: &str) -> Result<String, String> {
-    let mut out = String::new();
-    for comp in v.split('/').filter(|p| !p.is_empty()) {
-        if comp == "." || comp == ".." {
-            return Err(format!(
-                "{c}: {key}={v:?}: . and .. are not allowed in stage paths"
-            ));
+    StagePath::exact(v).map(String::from).map_err(|e| match e {
+        StagePathError::Dot | StagePathError::DotDot => {
+            format!("{c}: {key}={v:?}: . and .. are not allowed in stage paths")
         }
-        out.push('/');
-        out.push_str(comp);
-    }
-    if out.is_empty() {
-        out.push('/');
-    }
-    Ok(out)
+        // Callers hand over absolute paths only; `exact` has no limits of its own.
+        StagePathError::NotAbsolute
+        | StagePathError::TooLong
+        | StagePathError::Nul
+        | StagePathError::NameTooLong => format!("{c}: {key}={v:?} {e}"),
+    })
 }
 
 #[cfg(test)]

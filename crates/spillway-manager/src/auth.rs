@@ -111,7 +111,7 @@ impl Auth {
         let uid = uid.ok_or_else(|| {
             ActAsError::Malformed(format!(
                 "{ACT_AS_HEADER} must be a uid (decimal), not {}",
-                crate::api::quoted(value)
+                crate::echo::quoted(value)
             ))
         })?;
         if uid == real.uid {
@@ -144,20 +144,27 @@ impl Auth {
     }
 }
 
+/// A verifier for tests (this crate's and the API fuzz test, through the `testing`
+/// feature; never in a production build): the credential is the name of who calls,
+/// `root` (uid 0) or `user` (uid 4242); anything else is refused as munged would.
+#[cfg(any(test, feature = "testing"))]
+pub struct FakeVerifier;
+
+#[cfg(any(test, feature = "testing"))]
+impl Verifier for FakeVerifier {
+    fn decode(&self, cred: &str) -> Result<(u32, u32), String> {
+        match cred {
+            "root" => Ok((0, 0)),
+            "user" => Ok((4242, 4242)),
+            _ => Err("Invalid credential".into()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Fake;
-    impl Verifier for Fake {
-        fn decode(&self, cred: &str) -> Result<(u32, u32), String> {
-            match cred {
-                "root" => Ok((0, 0)),
-                "user" => Ok((4242, 4242)),
-                _ => Err("Invalid credential".into()),
-            }
-        }
-    }
+    use FakeVerifier as Fake;
 
     #[test]
     fn header_forms() {

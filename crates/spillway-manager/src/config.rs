@@ -2,6 +2,7 @@
 
 use spillway_api::config;
 use spillway_api::size::parse_size;
+use spillway_api::stage_path::{StagePath, StagePathError};
 use spillway_api::Policy;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -100,14 +101,14 @@ pub fn parse_pfs_roots(v: &str) -> Result<Vec<String>, String> {
         if p.is_empty() {
             continue;
         }
-        if !p.starts_with('/') {
-            return Err(format!("pfs_roots: {p:?} is not an absolute path"));
-        }
-        let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
-        if comps.iter().any(|c| *c == "." || *c == "..") {
-            return Err(format!("pfs_roots: {p:?} has . or .. components"));
-        }
-        let norm = format!("/{}", comps.join("/"));
+        // A PFS root is written as stage paths are (`StagePath::exact`).
+        let norm = match StagePath::exact(p) {
+            Ok(sp) => sp.into_string(),
+            Err(StagePathError::Dot | StagePathError::DotDot) => {
+                return Err(format!("pfs_roots: {p:?} has . or .. components"))
+            }
+            Err(e) => return Err(format!("pfs_roots: {p:?} {e}")),
+        };
         if !out.contains(&norm) {
             out.push(norm);
         }

@@ -4,6 +4,7 @@
 //!
 //! * `config`     — every setting, one file.
 //! * `auth`       — MUNGE identity and admin rights.
+//! * `echo`       — how error messages quote client input (cut, quoted).
 //! * `identity`   — users and groups from the name service.
 //! * `capability` — the credential a mount presents to servers.
 //! * `tls`        — the site CA and the manager's certificate.
@@ -12,6 +13,7 @@
 pub mod alloc;
 pub mod api;
 pub mod auth;
+pub mod echo;
 pub mod capability;
 pub mod config;
 pub mod db;

@@ -6,23 +6,13 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use proptest::prelude::*;
+use spillway_api::paths;
 use spillway_manager::api::{router, AppState};
-use spillway_manager::auth::{Auth, Verifier};
+use spillway_manager::auth::{Auth, FakeVerifier as Fake};
 use spillway_manager::db::Db;
 use spillway_manager::ManagerConfig;
 use std::sync::{mpsc, Arc, Mutex};
 use tower::ServiceExt;
-
-struct Fake;
-impl Verifier for Fake {
-    fn decode(&self, cred: &str) -> Result<(u32, u32), String> {
-        match cred {
-            "root" => Ok((0, 0)),
-            "user" => Ok((4242, 4242)),
-            _ => Err("Invalid credential".into()),
-        }
-    }
-}
 
 fn state() -> AppState {
     let db = Db::open_in_memory().expect("db");
@@ -203,14 +193,14 @@ proptest! {
         let rt = rt();
         rt.block_on(async {
             // Something to act on: a pool, a node, a session with an instance.
-            call(&st, "POST", "/dw/v1/pools", Some("root"), br#"{"id":"wlm_pool","granularity":1024}"#.to_vec()).await;
-            call(&st, "POST", "/dw/v1/nodes", Some("root"), br#"{"id":"s0","address":"127.0.0.1:9","pool":"wlm_pool"}"#.to_vec()).await;
-            call(&st, "POST", "/dw/v1/sessions", Some("user"), br#"{"token":"t","client_nodes":["c1"]}"#.to_vec()).await;
+            call(&st, "POST", paths::POOLS, Some("root"), br#"{"id":"wlm_pool","granularity":1024}"#.to_vec()).await;
+            call(&st, "POST", paths::NODES, Some("root"), br#"{"id":"s0","address":"127.0.0.1:9","pool":"wlm_pool"}"#.to_vec()).await;
+            call(&st, "POST", paths::SESSIONS, Some("user"), br#"{"token":"t","client_nodes":["c1"]}"#.to_vec()).await;
             // An instance with a deferred and a queued stage.
             st.db.lock().expect("db").record_heartbeat("s0", Ok(1 << 40), 10).expect("heartbeat");
-            call(&st, "POST", "/dw/v1/instances", Some("user"), br#"{"session":1,"capacity":1024}"#.to_vec()).await;
-            call(&st, "POST", "/dw/v1/stages", Some("user"), br#"{"instance":1,"direction":"out","type":"file","source":"/a","destination":"/pfs/a","when":"job_end"}"#.to_vec()).await;
-            call(&st, "POST", "/dw/v1/stages", Some("user"), br#"{"instance":1,"direction":"in","type":"directory","source":"/pfs/d","destination":"/d"}"#.to_vec()).await;
+            call(&st, "POST", paths::INSTANCES, Some("user"), br#"{"session":1,"capacity":1024}"#.to_vec()).await;
+            call(&st, "POST", paths::STAGES, Some("user"), br#"{"instance":1,"direction":"out","type":"file","source":"/a","destination":"/pfs/a","when":"job_end"}"#.to_vec()).await;
+            call(&st, "POST", paths::STAGES, Some("user"), br#"{"instance":1,"direction":"in","type":"directory","source":"/pfs/d","destination":"/d"}"#.to_vec()).await;
             let (status, v) = call(&st, m, p, who, b).await;
             prop_assert!(status.as_u16() < 500, "{m} {p}: {status} {v}");
             if status.is_client_error() {

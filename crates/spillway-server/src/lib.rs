@@ -11,6 +11,7 @@
 //! * `locks`    — fcntl/OFD/flock locks of the inodes homed here, per client session.
 //! * `stage`    — the stage engine: copies between the PFS and instances
 //!   (docs/staging.md).
+//! * `options`  — the command-line options of `spillway server` and `spillway-server`.
 //! * `auth`, `names`, `error`, `signals` — credentials, name checks, the error type,
 //!   shutdown signals.
 
@@ -21,6 +22,7 @@ mod fragment;
 mod locks;
 mod meta;
 mod names;
+pub mod options;
 mod purge;
 mod registry;
 mod service;

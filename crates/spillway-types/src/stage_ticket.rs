@@ -33,7 +33,7 @@ pub const MAX_LEN: usize = 64 << 10;
 pub const MAX_SIDE_BYTES: usize = 16 << 10;
 /// Longest path (as Linux's PATH_MAX).
 pub const MAX_PATH_LEN: usize = 4096;
-/// `direction` values (the same as the wire's `stage_dir`).
+/// `direction` values (the same bytes as the wire's `StageDir`).
 pub const DIRECTION_IN: u8 = 0;
 pub const DIRECTION_OUT: u8 = 1;
 

@@ -3,31 +3,12 @@
 //! (spec §1.4) and printed as strict JSON with one top-level key and integer numbers.
 //! Answered from the manager's database; nothing here waits on a storage server.
 
-use serde::Deserialize;
 use serde_json::json;
-use spillway_api::{ApiClient, ApiError, Configuration, Instance, Pool, Session};
-
-#[derive(Deserialize)]
-struct Pools {
-    pools: Vec<Pool>,
-}
-#[derive(Deserialize)]
-struct Instances {
-    instances: Vec<Instance>,
-}
-#[derive(Deserialize)]
-struct Sessions {
-    sessions: Vec<Session>,
-}
-#[derive(Deserialize)]
-struct Configurations {
-    configurations: Vec<Configuration>,
-}
+use spillway_api::{ApiClient, ApiError};
 
 pub fn pools(api: &ApiClient) -> Result<String, ApiError> {
-    let p: Pools = api.get("/dw/v1/pools")?;
-    let pools: Vec<_> = p
-        .pools
+    let pools: Vec<_> = api
+        .list_pools()?
         .iter()
         .map(|p| {
             json!({"id": p.id, "units": "bytes", "granularity": p.granularity,
@@ -38,9 +19,8 @@ pub fn pools(api: &ApiClient) -> Result<String, ApiError> {
 }
 
 pub fn instances(api: &ApiClient) -> Result<String, ApiError> {
-    let i: Instances = api.get("/dw/v1/instances")?;
-    let list: Vec<_> = i
-        .instances
+    let list: Vec<_> = api
+        .list_instances()?
         .iter()
         .map(|i| {
             json!({"id": i.id, "capacity": {"bytes": i.capacity.bytes, "nodes": i.capacity.nodes},
@@ -51,9 +31,8 @@ pub fn instances(api: &ApiClient) -> Result<String, ApiError> {
 }
 
 pub fn sessions(api: &ApiClient) -> Result<String, ApiError> {
-    let s: Sessions = api.get("/dw/v1/sessions")?;
-    let list: Vec<_> = s
-        .sessions
+    let list: Vec<_> = api
+        .list_sessions()?
         .iter()
         .map(|s| {
             json!({"id": s.id, "created": s.created, "creator": s.creator,
@@ -64,9 +43,8 @@ pub fn sessions(api: &ApiClient) -> Result<String, ApiError> {
 }
 
 pub fn configurations(api: &ApiClient) -> Result<String, ApiError> {
-    let c: Configurations = api.get("/dw/v1/configurations")?;
-    let list: Vec<_> = c
-        .configurations
+    let list: Vec<_> = api
+        .list_configurations()?
         .iter()
         .map(|c| json!({"id": c.id, "links": {"instance": c.links.instance}}))
         .collect();

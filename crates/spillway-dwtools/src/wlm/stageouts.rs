@@ -13,14 +13,9 @@
 //! what `hurry` means (no stage-out) and only listed; a stage the job itself
 //! terminated was its own decision (`dwstat stages` shows it).
 
-use serde::Deserialize;
+use spillway_api::query::StageListQuery;
 use spillway_api::{ApiClient, ApiError, Stage, StageDirection, StageState, StageWhen};
 use std::collections::BTreeMap;
-
-#[derive(Deserialize)]
-struct Stages {
-    stages: Vec<Stage>,
-}
 
 /// The lost stage-outs of `stages` (one session's), oldest first.
 pub fn lost(stages: Vec<Stage>) -> Vec<Stage> {
@@ -52,8 +47,11 @@ pub fn lost(stages: Vec<Stage>) -> Vec<Stage> {
 
 /// The lost stage-outs of session `session`, as the manager has them now.
 pub fn of_session(api: &ApiClient, session: u64) -> Result<Vec<Stage>, ApiError> {
-    let all: Stages = api.get(&format!("/dw/v1/stages?session={session}"))?;
-    Ok(lost(all.stages))
+    let all = api.list_stages(&StageListQuery {
+        session: Some(session),
+        ..Default::default()
+    })?;
+    Ok(lost(all))
 }
 
 /// One line per lost stage-out, for Slurm's reason text.

@@ -12,18 +12,8 @@
 
 use crate::error::{ScriptError, ScriptErrors};
 use crate::job::JobSpec;
-use serde::Deserialize;
 use spillway_api::size::human;
 use spillway_api::{ApiClient, ApiError, Node, Pool};
-
-#[derive(Deserialize)]
-struct Pools {
-    pools: Vec<Pool>,
-}
-#[derive(Deserialize)]
-struct Nodes {
-    nodes: Vec<Node>,
-}
 
 /// A pool's whole size: granularity and how many granules its nodes hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,9 +27,9 @@ pub struct PoolTotal {
 /// Every pool's total, from the manager's pool and node lists (database reads only,
 /// fast enough for the submit RPC).
 pub fn pool_totals(api: &ApiClient) -> Result<Vec<PoolTotal>, ApiError> {
-    let pools: Pools = api.get("/dw/v1/pools")?;
-    let nodes: Nodes = api.get("/dw/v1/nodes")?;
-    Ok(totals(&pools.pools, &nodes.nodes))
+    let pools = api.list_pools()?;
+    let nodes = api.list_nodes()?;
+    Ok(totals(&pools, &nodes))
 }
 
 fn totals(pools: &[Pool], nodes: &[Node]) -> Vec<PoolTotal> {

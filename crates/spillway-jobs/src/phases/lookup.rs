@@ -1,20 +1,17 @@
 //! Finding a job's objects on the manager again from its token.
 
 use super::{PhaseError, PhaseResult};
-use serde::Deserialize;
 use spillway_api::{AccessMode, ApiClient, Configuration, Goal, Instance, Session};
-
-#[derive(Deserialize)]
-struct Sessions {
-    sessions: Vec<Session>,
-}
 
 /// The session of `token`: the live one (goal create) if there is one, else one being
 /// torn down, else None.
 pub fn find_session(api: &ApiClient, token: &str) -> PhaseResult<Option<Session>> {
-    let all: Sessions = api.get("/dw/v1/sessions")?;
     let mut found: Option<Session> = None;
-    for s in all.sessions.into_iter().filter(|s| s.token == token) {
+    for s in api
+        .list_sessions()?
+        .into_iter()
+        .filter(|s| s.token == token)
+    {
         let better = match &found {
             None => true,
             Some(f) => f.state.goal != Goal::Create && s.state.goal == Goal::Create,
@@ -44,12 +41,12 @@ impl Job {
     /// The job of a session already in hand (its instance and configurations fetched).
     pub fn of(api: &ApiClient, session: Session) -> PhaseResult<Job> {
         let instance = match session.links.instances.first() {
-            Some(id) => Some(api.get::<Instance>(&format!("/dw/v1/instances/{id}"))?),
+            Some(id) => Some(api.instance(*id)?),
             None => None,
         };
         let mut configurations = Vec::new();
         for id in instance.iter().flat_map(|i| &i.links.configurations) {
-            configurations.push(api.get::<Configuration>(&format!("/dw/v1/configurations/{id}"))?);
+            configurations.push(api.configuration(*id)?);
         }
         Ok(Job {
             session,
@@ -79,13 +76,13 @@ impl PersistentUse {
             .filter(|s| s.state.goal == Goal::Create)
             .ok_or_else(missing)?;
         let iid = session.links.instances.first().ok_or_else(missing)?;
-        let instance: Instance = api.get(&format!("/dw/v1/instances/{iid}"))?;
+        let instance = api.instance(*iid)?;
         let cid = instance.links.configurations.first().ok_or_else(|| {
             PhaseError::Failed(format!(
                 "the persistent instance {name:?} has no configuration yet"
             ))
         })?;
-        let configuration: Configuration = api.get(&format!("/dw/v1/configurations/{cid}"))?;
+        let configuration = api.configuration(*cid)?;
         Ok(PersistentUse {
             name: name.to_string(),
             session,
@@ -114,7 +111,7 @@ pub fn live_session_of(
             }
             return Ok(s);
         }
-        match api.post::<_, Session>("/dw/v1/sessions", new) {
+        match api.create_session(new) {
             Ok(s) => return Ok(s),
             // Made by a concurrent call in between: look again.
             Err(spillway_api::ApiError::Status { status: 409, .. }) => continue,
@@ -133,7 +130,7 @@ pub fn wait_built(api: &ApiClient, id: u64) -> PhaseResult<Instance> {
         super::STORAGE_WAIT,
         || format!("instance {id} to be built on its servers"),
         || {
-            let i: Instance = api.get(&format!("/dw/v1/instances/{id}"))?;
+            let i = api.instance(id)?;
             if i.state.goal != Goal::Create {
                 return Err(PhaseError::Failed(format!(
                     "instance {id} is being destroyed"

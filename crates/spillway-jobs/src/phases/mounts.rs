@@ -12,7 +12,6 @@
 use super::lookup::{Job, PersistentUse};
 use super::{wait_for, PhaseError, PhaseResult, STORAGE_WAIT};
 use crate::job::JobSpec;
-use serde::Deserialize;
 use spillway_api::{
     AccessMode, Activation, ApiClient, ApiError, Goal, NewActivation, Session, SessionUpdate,
 };
@@ -35,14 +34,8 @@ pub fn mount_point(mount_root: &str, token: &str, kind: &MountKind) -> String {
     }
 }
 
-#[derive(Deserialize)]
-struct Resources {
-    mount_root: String,
-}
-
 fn mount_root(api: &ApiClient) -> PhaseResult<String> {
-    let r: Resources = api.get("/dw/v1")?;
-    Ok(r.mount_root)
+    Ok(api.resources()?.mount_root)
 }
 
 /// The job's mounts and the variable each is given to the job as.
@@ -88,16 +81,10 @@ pub fn paths(api: &ApiClient, spec: &JobSpec, token: &str) -> PhaseResult<Vec<(S
         .collect())
 }
 
-#[derive(Deserialize)]
-struct Activations {
-    activations: Vec<Activation>,
-}
-
 /// The session's live activations.
 fn activations_of(api: &ApiClient, session: &Session) -> PhaseResult<Vec<Activation>> {
-    let all: Activations = api.get("/dw/v1/activations")?;
-    Ok(all
-        .activations
+    Ok(api
+        .list_activations()?
         .into_iter()
         .filter(|a| a.links.session == session.id && a.state.goal == Goal::Create)
         .collect())
@@ -123,8 +110,8 @@ pub fn pre_run(
         ));
     }
     if !want_nodes.is_empty() && want_nodes != session.links.client_nodes {
-        session = api.patch(
-            &format!("/dw/v1/sessions/{}", session.id),
+        session = api.update_session(
+            session.id,
             &SessionUpdate {
                 client_nodes: Some(want_nodes),
                 replace_fuse: None,
@@ -158,14 +145,11 @@ pub fn pre_run(
             .find(|a| a.links.configuration == configuration && a.mount == mount)
         {
             Some(a) => a.clone(),
-            None => api.post::<_, Activation>(
-                "/dw/v1/activations",
-                &NewActivation {
-                    session: session.id,
-                    configuration,
-                    mount: Some(mount),
-                },
-            )?,
+            None => api.create_activation(&NewActivation {
+                session: session.id,
+                configuration,
+                mount: Some(mount),
+            })?,
         };
         ids.push(a.id);
     }
@@ -174,7 +158,7 @@ pub fn pre_run(
             STORAGE_WAIT,
             || format!("activation {id} to be mounted on every node"),
             || {
-                let a: Activation = api.get(&format!("/dw/v1/activations/{id}"))?;
+                let a = api.activation(id)?;
                 if a.state.fuse_blown {
                     return Err(PhaseError::Failed(format!(
                         "mounting {} failed: {}",
@@ -217,7 +201,7 @@ pub fn post_run(api: &ApiClient, token: &str) -> PhaseResult<String> {
     };
     let live = activations_of(api, &job.session)?;
     for a in &live {
-        match api.delete::<Activation>(&format!("/dw/v1/activations/{}", a.id)) {
+        match api.destroy_activation(a.id) {
             Ok(_) | Err(ApiError::Status { status: 404, .. }) => {}
             Err(e) => return Err(e.into()),
         }
@@ -226,7 +210,7 @@ pub fn post_run(api: &ApiClient, token: &str) -> PhaseResult<String> {
         wait_for(
             STORAGE_WAIT,
             || format!("{} to be unmounted on every node", a.mount),
-            || match api.get::<Activation>(&format!("/dw/v1/activations/{}", a.id)) {
+            || match api.activation(a.id) {
                 Err(ApiError::Status { status: 404, .. }) => Ok(Some(())),
                 Ok(_) => Ok(None),
                 Err(e) => Err(e.into()),

@@ -4,8 +4,7 @@
 use super::lookup::{live_session_of, Job};
 use super::{PhaseError, PhaseResult};
 use spillway_api::{
-    AccessMode, ApiClient, ConfigType, Configuration, Instance, NewConfiguration, NewInstance,
-    NewSession, Session,
+    AccessMode, ApiClient, ConfigType, NewConfiguration, NewInstance, NewSession, Session,
 };
 
 pub struct NewPersistent {
@@ -29,33 +28,27 @@ pub fn create_persistent(api: &ApiClient, p: &NewPersistent) -> PhaseResult<Stri
     let job = Job::of(api, session.clone())?;
     let instance = match job.instance {
         Some(i) => i,
-        None => api.post::<_, Instance>(
-            "/dw/v1/instances",
-            &NewInstance {
-                session: session.id,
-                capacity: p.bytes,
-                pool: p.pool.clone(),
-                label: None,
-                public: Some(true),
-                policy: None,
-                limits: None,
-                stripe_size: None,
-                expiration: None,
-            },
-        )?,
+        None => api.create_instance(&NewInstance {
+            session: session.id,
+            capacity: p.bytes,
+            pool: p.pool.clone(),
+            label: None,
+            public: Some(true),
+            policy: None,
+            limits: None,
+            stripe_size: None,
+            expiration: None,
+        })?,
     };
     let configuration = match job.configurations.into_iter().next() {
         Some(c) => c,
-        None => api.post::<_, Configuration>(
-            "/dw/v1/configurations",
-            &NewConfiguration {
-                instance: instance.id,
-                kind: p.kind,
-                access_mode: p.access,
-                root_permissions: None,
-                group: None,
-            },
-        )?,
+        None => api.create_configuration(&NewConfiguration {
+            instance: instance.id,
+            kind: p.kind,
+            access_mode: p.access,
+            root_permissions: None,
+            group: None,
+        })?,
     };
     Ok(format!(
         "created persistent instance {}: session {}, instance {} of {} bytes in pool {}, configuration {}",

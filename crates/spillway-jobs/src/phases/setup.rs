@@ -9,8 +9,8 @@ use super::stages::{ensure_stage, stage_request};
 use super::{PhaseError, PhaseResult};
 use crate::job::{JobSpec, Target};
 use spillway_api::{
-    AccessMode, ApiClient, ConfigType, Configuration, Instance, NewConfiguration, NewInstance,
-    NewSession, Session, StageWhen,
+    AccessMode, ApiClient, ConfigType, NewConfiguration, NewInstance, NewSession, Session,
+    StageWhen,
 };
 
 /// What the workload manager says about the job.
@@ -42,20 +42,17 @@ pub fn setup(api: &ApiClient, spec: &JobSpec, req: &SetupRequest) -> PhaseResult
     let job = Job::of(api, session.clone())?;
     let instance = match job.instance.clone() {
         Some(i) => i,
-        None => api.post::<_, Instance>(
-            "/dw/v1/instances",
-            &NewInstance {
-                session: session.id,
-                capacity: bytes,
-                pool,
-                label: None,
-                public: Some(false),
-                policy: None,
-                limits: None,
-                stripe_size: ji.spec.stripe_size,
-                expiration: None,
-            },
-        )?,
+        None => api.create_instance(&NewInstance {
+            session: session.id,
+            capacity: bytes,
+            pool,
+            label: None,
+            public: Some(false),
+            policy: None,
+            limits: None,
+            stripe_size: ji.spec.stripe_size,
+            expiration: None,
+        })?,
     };
     // A configuration per access mode asked for: striped (one namespace), private (one
     // per compute node); both may be asked for at once.
@@ -70,16 +67,13 @@ pub fn setup(api: &ApiClient, spec: &JobSpec, req: &SetupRequest) -> PhaseResult
     for mode in modes {
         let c = match job.configuration(mode) {
             Some(c) => c.clone(),
-            None => api.post::<_, Configuration>(
-                "/dw/v1/configurations",
-                &NewConfiguration {
-                    instance: instance.id,
-                    kind: ConfigType::Scratch,
-                    access_mode: mode,
-                    root_permissions: None,
-                    group: Some(req.group),
-                },
-            )?,
+            None => api.create_configuration(&NewConfiguration {
+                instance: instance.id,
+                kind: ConfigType::Scratch,
+                access_mode: mode,
+                root_permissions: None,
+                group: Some(req.group),
+            })?,
         };
         confs.push(format!("{} {}", mode.as_str(), c.id));
     }

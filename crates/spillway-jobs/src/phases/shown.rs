@@ -3,6 +3,7 @@
 //! a path inside the instance that exists nowhere on the user's nodes).
 
 use crate::job::{InstancePath, Stage as StageLine, Target};
+use spillway_api::stage_path::at_or_under;
 use spillway_api::{Stage, StageDirection as Dir};
 
 /// `$DW_JOB_STRIPED/a/b` for the instance path `/a/b` of `target` (its root: the bare
@@ -26,18 +27,10 @@ impl InstancePath {
     }
 }
 
-/// Whether `p` is `base` or lies below it, component by component.
-fn within(p: &str, base: &str) -> bool {
-    base == "/"
-        || p == base
-        || p.strip_prefix(base)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
-
 /// A path of a failed stage, shown: a path on the instance side of `line` as a `$DW_*`
 /// path, a PFS path as it is.
 pub fn stage_path(line: &StageLine, p: &str) -> String {
-    if within(p, &line.pfs) || !within(p, &line.instance.path) {
+    if at_or_under(p, &line.pfs) || !at_or_under(p, &line.instance.path) {
         return p.to_string();
     }
     instance_path(&line.instance.target, p)

@@ -5,16 +5,15 @@
 use super::lookup::{wait_built, Job, PersistentUse};
 use super::{PhaseError, PhaseResult};
 use crate::job::{JobSpec, Stage as StageLine, Target};
-use serde::Deserialize;
+use spillway_api::query::StageListQuery;
 use spillway_api::{
     ApiClient, NewStage, Stage, StageAction, StageDirection as Dir, StageState, StageUpdate,
     StageWhen,
 };
 
-#[derive(Deserialize)]
-struct Stages {
-    stages: Vec<Stage>,
-}
+/// How long one poll for a stage's end waits at the manager (it answers sooner when
+/// the stage ends).
+const STAGE_POLL_SECS: u64 = 30;
 
 /// The manager's request for one stage line into or out of `instance`.
 pub(super) fn stage_request(
@@ -42,8 +41,11 @@ pub(super) fn stage_request(
 /// The latest stage this job made like `want` (same instance, direction, type, paths
 /// and owner, made since `since`), in whatever state.
 fn latest_like(api: &ApiClient, want: &NewStage, since: i64) -> PhaseResult<Option<Stage>> {
-    let all: Stages = api.get(&format!("/dw/v1/stages?instance={}", want.instance))?;
-    Ok(all.stages.into_iter().rev().find(|s| {
+    let all = api.list_stages(&StageListQuery {
+        instance: Some(want.instance),
+        ..Default::default()
+    })?;
+    Ok(all.into_iter().rev().find(|s| {
         s.direction == want.direction
             && s.kind == want.kind
             && s.source == want.source
@@ -71,7 +73,7 @@ pub(super) fn ensure_stage(
         {
             Ok(Some(s))
         }
-        _ => Ok(Some(api.post("/dw/v1/stages", want)?)),
+        _ => Ok(Some(api.create_stage(want)?)),
     }
 }
 
@@ -79,7 +81,7 @@ pub(super) fn ensure_stage(
 /// (paths as the script wrote them: `shown`).
 fn wait_stage(api: &ApiClient, id: u64, line: &StageLine) -> PhaseResult<Stage> {
     loop {
-        let s: Stage = api.get(&format!("/dw/v1/stages/{id}?wait=30"))?;
+        let s = api.stage_waiting(id, STAGE_POLL_SECS)?;
         if !s.state.ended() {
             continue;
         }
@@ -158,8 +160,8 @@ pub fn data_out(api: &ApiClient, spec: &JobSpec, token: &str) -> PhaseResult<Str
             continue;
         };
         if st.state == StageState::Deferred {
-            st = api.patch(
-                &format!("/dw/v1/stages/{}", st.id),
+            st = api.update_stage(
+                st.id,
                 &StageUpdate {
                     action: StageAction::Activate,
                 },

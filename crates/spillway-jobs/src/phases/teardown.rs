@@ -5,7 +5,6 @@
 
 use super::lookup::find_session;
 use super::{wait_for, PhaseError, PhaseResult, STORAGE_WAIT};
-use serde::Deserialize;
 use spillway_api::{ApiClient, ApiError, Goal, Session};
 
 pub enum Teardown {
@@ -13,12 +12,6 @@ pub enum Teardown {
     NotFound,
     /// Gone; stage-outs dropped by `hurry`, if any.
     Done { session: u64, dropped: Vec<u64> },
-}
-
-#[derive(Deserialize)]
-struct Destroyed {
-    #[serde(default)]
-    dropped_stages: Vec<u64>,
 }
 
 /// Tear down the session of `token` as the workload manager: Slurm's teardown of its
@@ -70,8 +63,7 @@ pub fn may_tear_down(s: &Session, token: &str, uid: u32) -> PhaseResult<()> {
 fn destroy(api: &ApiClient, s: Session, hurry: bool) -> PhaseResult<Teardown> {
     let mut dropped = Vec::new();
     if s.state.goal == Goal::Create || hurry {
-        let q = if hurry { "?hurry=true" } else { "" };
-        match api.delete::<Destroyed>(&format!("/dw/v1/sessions/{}{q}", s.id)) {
+        match api.destroy_session(s.id, hurry) {
             Ok(d) => dropped = d.dropped_stages,
             Err(ApiError::Status { status: 404, .. }) => {}
             Err(e) => return Err(e.into()),
@@ -85,7 +77,7 @@ fn destroy(api: &ApiClient, s: Session, hurry: bool) -> PhaseResult<Teardown> {
                 s.id
             )
         },
-        || match api.get::<Session>(&format!("/dw/v1/sessions/{}", s.id)) {
+        || match api.session(s.id) {
             Err(ApiError::Status { status: 404, .. }) => Ok(Some(())),
             Ok(_) => Ok(None),
             Err(e) => Err(e.into()),

@@ -7,8 +7,8 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
+use spillway_api::query::WorkQuery;
 use spillway_api::{AgentHello, AgentMount, AgentReport, AgentWork, Goal};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -62,21 +62,12 @@ pub async fn hello(
     if addrs.is_empty() {
         addrs.push(peer.ip().to_canonical().to_string());
     }
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         agent_only(c)?;
         db.agent_hello(&node, &addrs)?;
         Ok(Json(json!({"node": node, "addresses": addrs})))
     })
     .await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WorkQuery {
-    /// The version of the agent's last answer: wait until something changes.
-    version: Option<u64>,
-    /// Longest wait, seconds.
-    wait: Option<u64>,
 }
 
 pub async fn work(
@@ -88,7 +79,7 @@ pub async fn work(
     check_node(&node)?;
     let Query(q) = q.map_err(|e| ApiErr::bad(super::cut(&e.body_text())))?;
     // Authenticate before waiting, so an unauthenticated caller cannot hold a request.
-    st.run(&h, false, |c, _| agent_only(c)).await?;
+    st.read(&h, |c, _| agent_only(c)).await?;
     let mut rx = st.version.subscribe();
     if let Some(v) = q.version {
         if *rx.borrow_and_update() == v {
@@ -179,7 +170,7 @@ pub async fn report(
 ) -> Result<Json<Value>, ApiErr> {
     check_node(&node)?;
     let r = b.map(|Json(t)| t).map_err(|e| super::body_rejected(&e))?;
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         agent_only(c)?;
         if r.status == "failed" {
             tracing::warn!(node, activation = r.activation, error = ?r.error, "mount failed");

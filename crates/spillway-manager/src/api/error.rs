@@ -7,39 +7,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use spillway_api::ErrorBody;
 
-/// The most characters of a client's input an error message quotes (`cut`).
-pub const ECHO_MAX: usize = 100;
-
 /// The longest error message the API answers, in bytes: a safety net behind `cut` for
 /// texts made by libraries (serde, axum) that may quote input of their own.
 pub const MESSAGE_MAX: usize = 1024;
 
-/// A client's input as an error message may quote it: at most `ECHO_MAX` characters,
-/// then `…` when there was more. Every error that echoes a token, a name, a path or a
-/// query value goes through this (or `quoted`): a 1 MB bad value must not come back whole.
-pub fn cut(s: &str) -> String {
-    cut_to(s, ECHO_MAX)
-}
-
-/// The most characters kept of a text a library made about the input (serde's, axum's
-/// rejections): longer than `ECHO_MAX` to keep their explanation, which may quote input.
-pub const LIBRARY_TEXT_MAX: usize = 300;
-
-/// `s` cut to `max` characters, `…` marking a cut.
-pub fn cut_to(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_string(),
-    }
-}
-
-/// `cut`, quoted as Rust's `{:?}` quotes (control characters escaped).
-pub fn quoted(s: &str) -> String {
-    match s.char_indices().nth(ECHO_MAX) {
-        Some((at, _)) => format!("{:?}…", &s[..at]),
-        None => format!("{s:?}"),
-    }
-}
+pub use crate::echo::{cut, cut_to, quoted, LIBRARY_TEXT_MAX};
 
 /// `message` cut to `MESSAGE_MAX` bytes (on a character boundary), `…` marking a cut.
 fn bounded(mut message: String) -> String {
@@ -140,6 +112,7 @@ impl IntoResponse for ApiErr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::echo::ECHO_MAX;
 
     #[test]
     fn cut_bounds_echoed_input() {

@@ -18,7 +18,7 @@ use crate::auth::{Auth, Caller};
 use crate::config::ManagerConfig;
 use crate::db::Db;
 use axum::http::HeaderMap;
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use axum::Router;
 use std::sync::{mpsc, Arc, Mutex};
 use tokio::sync::watch;
@@ -29,6 +29,13 @@ pub const MAX_BODY: usize = 2 << 20;
 
 /// The OpenAPI document, kept in the repository and served as is.
 pub const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
+
+/// Whether a request changes what agents or waiting clients could care about.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    Reads,
+    Changes,
+}
 
 #[derive(Clone)]
 pub struct AppState {
@@ -49,11 +56,29 @@ impl AppState {
         }
     }
 
+    /// A read: authenticate and run `f` with the database (as `run`).
+    pub async fn read<T, F>(&self, headers: &HeaderMap, f: F) -> Result<T, ApiErr>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Caller, &mut Db) -> Result<T, ApiErr> + Send + 'static,
+    {
+        self.run(headers, Effect::Reads, f).await
+    }
+
+    /// A change: authenticate, run `f` with the database (as `run`), and if it
+    /// succeeded wake the reconcile loop and the agents.
+    pub async fn change<T, F>(&self, headers: &HeaderMap, f: F) -> Result<T, ApiErr>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Caller, &mut Db) -> Result<T, ApiErr> + Send + 'static,
+    {
+        self.run(headers, Effect::Changes, f).await
+    }
+
     /// Authenticate and run `f` with the database on a blocking thread (munged and
-    /// SQLite both block). `mutates`: wake the reconcile loop and agents afterwards.
-    /// With an act-as header (`auth::ACT_AS_HEADER`, admins only) `f` gets the user it
-    /// names, so every handler authorises it exactly as that user.
-    pub async fn run<T, F>(&self, headers: &HeaderMap, mutates: bool, f: F) -> Result<T, ApiErr>
+    /// SQLite both block). With an act-as header (`auth::ACT_AS_HEADER`, admins only)
+    /// `f` gets the user it names, so every handler authorises it exactly as that user.
+    async fn run<T, F>(&self, headers: &HeaderMap, effect: Effect, f: F) -> Result<T, ApiErr>
     where
         T: Send + 'static,
         F: FnOnce(&Caller, &mut Db) -> Result<T, ApiErr> + Send + 'static,
@@ -101,7 +126,7 @@ impl AppState {
         })
         .await
         .map_err(|e| ApiErr::internal(format!("request handler failed: {e}")))?;
-        if mutates && out.is_ok() {
+        if effect == Effect::Changes && out.is_ok() {
             self.changed();
         }
         out
@@ -110,82 +135,63 @@ impl AppState {
 
 pub fn router(state: AppState) -> Router {
     use routes::*;
+    // The patterns are spillway-api's, which the callers' paths are built from.
+    use spillway_api::routes as route;
     Router::new()
-        .route("/dw", get(versions))
-        .route("/dw/", get(versions))
-        .route("/dw/v1", get(resources))
-        .route("/dw/v1/", get(resources))
-        .route("/dw/v1/openapi.json", get(openapi))
-        .route("/dw/v1/pools", get(list_pools).post(create_pool))
-        .route("/dw/v1/pools/{id}", get(get_pool).delete(delete_pool))
-        .route("/dw/v1/nodes", get(list_nodes).post(create_node))
+        .route(route::VERSIONS, get(versions))
+        .route(route::VERSIONS_DIR, get(versions))
+        .route(route::RESOURCES, get(resources))
+        .route(route::RESOURCES_DIR, get(resources))
+        .route(route::OPENAPI, get(openapi))
+        .route(route::POOLS, get(list_pools).post(create_pool))
+        .route(route::POOL, get(get_pool).delete(delete_pool))
+        .route(route::NODES, get(list_nodes).post(create_node))
         .route(
-            "/dw/v1/nodes/{id}",
+            route::NODE,
             get(get_node).patch(update_node).delete(delete_node),
         )
-        .route("/dw/v1/sessions", get(list_sessions).post(create_session))
+        .route(route::SESSIONS, get(list_sessions).post(create_session))
         .route(
-            "/dw/v1/sessions/{id}",
+            route::SESSION,
             get(get_session)
                 .patch(update_session)
                 .delete(delete_session),
         )
+        .route(route::INSTANCES, get(list_instances).post(create_instance))
+        .route(route::INSTANCE, get(get_instance).delete(delete_instance))
+        .route(route::FRAGMENTS, get(list_fragments))
+        .route(route::FRAGMENT, get(get_fragment))
         .route(
-            "/dw/v1/instances",
-            get(list_instances).post(create_instance),
-        )
-        .route(
-            "/dw/v1/instances/{id}",
-            get(get_instance).delete(delete_instance),
-        )
-        .route("/dw/v1/fragments", get(list_fragments))
-        .route("/dw/v1/fragments/{id}", get(get_fragment))
-        .route(
-            "/dw/v1/configurations",
+            route::CONFIGURATIONS,
             get(list_configurations).post(create_configuration),
         )
         .route(
-            "/dw/v1/configurations/{id}",
+            route::CONFIGURATION,
             get(get_configuration).delete(delete_configuration),
         )
         .route(
-            "/dw/v1/activations",
+            route::ACTIVATIONS,
             get(list_activations).post(create_activation),
         )
         .route(
-            "/dw/v1/activations/{id}",
+            route::ACTIVATION,
             get(get_activation).delete(delete_activation),
         )
         .route(
-            "/dw/v1/stages",
+            route::STAGES,
             get(stages::list_stages).post(stages::create_stage),
         )
         .route(
-            "/dw/v1/stages/{id}",
+            route::STAGE,
             get(stages::get_stage).patch(stages::update_stage),
         )
-        .route(
-            "/dw/v1/instances/{id}/stage_actions",
-            axum::routing::post(stages::stage_actions),
-        )
-        .route(
-            "/dw/v1/instances/{id}/stage_counts",
-            get(stages::stage_counts),
-        )
-        .route(
-            "/dw/v1/instances/{id}/stage_failures",
-            get(stages::stage_failures),
-        )
-        .route(
-            "/dw/v1/instances/{id}/stage_concurrency",
-            put(stages::set_stage_concurrency),
-        )
-        .route("/dw/v1/agents/{node}", put(agents::hello))
-        .route("/dw/v1/agents/{node}/work", get(agents::work))
-        .route(
-            "/dw/v1/agents/{node}/reports",
-            axum::routing::post(agents::report),
-        )
+        .route(route::STAGE_ACTIONS, post(stages::stage_actions))
+        .route(route::STAGE_COUNTS, get(stages::stage_counts))
+        .route(route::STAGE_FAILURES, get(stages::stage_failures))
+        .route(route::STAGE_CONCURRENCY, put(stages::set_stage_concurrency))
+        .route(route::AGENT, put(agents::hello))
+        .route(route::AGENT_WORK, get(agents::work))
+        .route(route::AGENT_REPORTS, post(agents::report))
         .fallback(fallback)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::map_response(json_errors))

@@ -1,16 +1,18 @@
 //! One handler per resource and verb. Reads are filtered by who asks (the database's
 //! `Viewer`); pools and nodes change only by admins; everything else by its owner or an
-//! admin.
+//! admin. Lists, reads by id and background destroys are the same for every resource:
+//! `list`, `one`, `destroy` and `destroy_hurried` hold them once.
 
-use super::stages::{hurry_of, log_dropped, with_dropped, DestroyQuery};
+use super::stages::{hurry_of, log_dropped, with_dropped};
 use super::{parse_id, ApiErr, AppState};
-use crate::db::NewInstancePlan;
+use crate::db::{Db, DbResult, NewInstancePlan, Viewer};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::{json, Value};
+use spillway_api::query::DestroyQuery;
 use spillway_api::*;
 
 type Res<T> = Result<Json<T>, ApiErr>;
@@ -31,7 +33,7 @@ fn admin_only(c: &crate::auth::Caller, what: &str) -> Result<(), ApiErr> {
 }
 
 pub async fn versions() -> Json<Value> {
-    Json(json!({"versions": [{"id": "v1", "url": "/dw/v1/"}]}))
+    Json(json!({"versions": [{"id": "v1", "url": spillway_api::routes::RESOURCES_DIR}]}))
 }
 
 /// The API's resources, and `mount_root`: where activations' default mount points go
@@ -39,7 +41,7 @@ pub async fn versions() -> Json<Value> {
 pub async fn resources(State(st): State<AppState>) -> Json<Value> {
     Json(
         json!({"resources": ["pools", "nodes", "sessions", "instances", "fragments",
-        "configurations", "activations", "stages"], "openapi": "/dw/v1/openapi.json",
+        "configurations", "activations", "stages"], "openapi": spillway_api::routes::OPENAPI,
         "mount_root": st.cfg.mount_root}),
     )
 }
@@ -51,10 +53,79 @@ pub async fn openapi() -> impl IntoResponse {
     )
 }
 
+/// `GET` of a collection: `{"<key>": [...]}`, what the caller may see.
+async fn list<T>(
+    st: &AppState,
+    h: &HeaderMap,
+    key: &'static str,
+    read: fn(&Db, Viewer) -> DbResult<Vec<T>>,
+) -> Res<Value>
+where
+    T: serde::Serialize + Send + 'static,
+{
+    st.read(h, move |c, db| {
+        Ok(Json(json!({ key: read(db, c.viewer())? })))
+    })
+    .await
+}
+
+/// `GET` of one object by its numeric id.
+async fn one<T: Send + 'static>(
+    st: &AppState,
+    h: &HeaderMap,
+    id: &str,
+    read: fn(&Db, Viewer, u64) -> DbResult<T>,
+) -> Res<T> {
+    let id = parse_id(id)?;
+    st.read(h, move |c, db| Ok(Json(read(db, c.viewer(), id)?)))
+        .await
+}
+
+/// `DELETE` of an object destroyed in the background: 202 with the object.
+async fn destroy<T: Send + 'static>(
+    st: &AppState,
+    h: &HeaderMap,
+    id: &str,
+    destroy: fn(&mut Db, Viewer, u64) -> DbResult<T>,
+) -> Result<(StatusCode, Json<T>), ApiErr> {
+    let id = parse_id(id)?;
+    st.change(h, move |c, db| {
+        Ok((StatusCode::ACCEPTED, Json(destroy(db, c.viewer(), id)?)))
+    })
+    .await
+}
+
+/// `DELETE` of a session or an instance (`what`). With `?hurry=true`, pending
+/// stage-outs are dropped first (`hurry`; their fragments are then not held) and the
+/// answer lists them; without, the teardown waits for them.
+async fn destroy_hurried<T: serde::Serialize + Send + 'static>(
+    st: &AppState,
+    h: &HeaderMap,
+    what: &'static str,
+    id: &str,
+    q: Result<Query<DestroyQuery>, QueryRejection>,
+    hurry: fn(&mut Db, Viewer, u64) -> DbResult<Vec<u64>>,
+    destroy: fn(&mut Db, Viewer, u64) -> DbResult<T>,
+) -> Result<(StatusCode, Json<Value>), ApiErr> {
+    let id = parse_id(id)?;
+    let hurried = hurry_of(q)?;
+    st.change(h, move |c, db| {
+        let dropped = if hurried {
+            let d = hurry(db, c.viewer(), id)?;
+            log_dropped(what, id, &d);
+            Some(d)
+        } else {
+            None
+        };
+        let o = destroy(db, c.viewer(), id)?;
+        Ok((StatusCode::ACCEPTED, Json(with_dropped(&o, dropped))))
+    })
+    .await
+}
+
 // ------------------------------------------------------------------ pools
 pub async fn list_pools(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
-    st.run(&h, false, |_, db| Ok(Json(json!({"pools": db.pools()?}))))
-        .await
+    list(&st, &h, "pools", |db, _| db.pools()).await
 }
 
 pub async fn get_pool(
@@ -62,8 +133,7 @@ pub async fn get_pool(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Res<Pool> {
-    st.run(&h, false, move |_, db| Ok(Json(db.pool(&id)?)))
-        .await
+    st.read(&h, move |_, db| Ok(Json(db.pool(&id)?))).await
 }
 
 pub async fn create_pool(
@@ -72,7 +142,7 @@ pub async fn create_pool(
     b: Result<Json<NewPool>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Pool>), ApiErr> {
     let p = body(b)?;
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         admin_only(c, "creating a pool")?;
         Ok((StatusCode::CREATED, Json(db.create_pool(&p)?)))
     })
@@ -84,7 +154,7 @@ pub async fn delete_pool(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Res<Value> {
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         admin_only(c, "removing a pool")?;
         db.delete_pool(&id)?;
         Ok(Json(json!({"deleted": id})))
@@ -94,8 +164,7 @@ pub async fn delete_pool(
 
 // ------------------------------------------------------------------ nodes
 pub async fn list_nodes(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
-    st.run(&h, false, |_, db| Ok(Json(json!({"nodes": db.nodes()?}))))
-        .await
+    list(&st, &h, "nodes", |db, _| db.nodes()).await
 }
 
 pub async fn get_node(
@@ -103,8 +172,7 @@ pub async fn get_node(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Res<Node> {
-    st.run(&h, false, move |_, db| Ok(Json(db.node(&id)?)))
-        .await
+    st.read(&h, move |_, db| Ok(Json(db.node(&id)?))).await
 }
 
 pub async fn create_node(
@@ -113,7 +181,7 @@ pub async fn create_node(
     b: Result<Json<NewNode>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Node>), ApiErr> {
     let n = body(b)?;
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         admin_only(c, "registering a node")?;
         Ok((StatusCode::CREATED, Json(db.create_node(&n)?)))
     })
@@ -127,7 +195,7 @@ pub async fn update_node(
     b: Result<Json<NodeUpdate>, JsonRejection>,
 ) -> Res<Node> {
     let u = body(b)?;
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         admin_only(c, "changing a node")?;
         Ok(Json(db.update_node(&id, &u)?))
     })
@@ -139,7 +207,7 @@ pub async fn delete_node(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Res<Value> {
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         admin_only(c, "removing a node")?;
         db.delete_node(&id)?;
         Ok(Json(json!({"deleted": id})))
@@ -149,10 +217,7 @@ pub async fn delete_node(
 
 // ------------------------------------------------------------------ sessions
 pub async fn list_sessions(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
-    st.run(&h, false, |c, db| {
-        Ok(Json(json!({"sessions": db.sessions(c.viewer(), None)?})))
-    })
-    .await
+    list(&st, &h, "sessions", |db, v| db.sessions(v, None)).await
 }
 
 pub async fn get_session(
@@ -160,11 +225,7 @@ pub async fn get_session(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Res<Session> {
-    let id = parse_id(&id)?;
-    st.run(&h, false, move |c, db| {
-        Ok(Json(db.session(c.viewer(), id)?))
-    })
-    .await
+    one(&st, &h, &id, Db::session).await
 }
 
 pub async fn create_session(
@@ -173,7 +234,7 @@ pub async fn create_session(
     b: Result<Json<NewSession>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Session>), ApiErr> {
     let s = body(b)?;
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         // Numeric tokens name job sessions; only the workload manager (an admin) makes them.
         if !c.admin && s.token.bytes().all(|b| b.is_ascii_digit()) {
             return Err(ApiErr::forbidden(format!(
@@ -197,7 +258,7 @@ pub async fn update_session(
 ) -> Res<Session> {
     let id = parse_id(&id)?;
     let u = body(b)?;
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         if u.replace_fuse == Some(true) {
             admin_only(c, "replacing a fuse")?;
         }
@@ -212,30 +273,21 @@ pub async fn delete_session(
     Path(id): Path<String>,
     q: Result<Query<DestroyQuery>, QueryRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiErr> {
-    let id = parse_id(&id)?;
-    let hurry = hurry_of(q)?;
-    st.run(&h, true, move |c, db| {
-        // With hurry, pending stage-outs are dropped first (their fragments are then
-        // not held); without, the teardown waits for them.
-        let dropped = if hurry {
-            let d = db.hurry_session(c.viewer(), id)?;
-            log_dropped("session", id, &d);
-            Some(d)
-        } else {
-            None
-        };
-        let s = db.destroy_session(c.viewer(), id)?;
-        Ok((StatusCode::ACCEPTED, Json(with_dropped(&s, dropped))))
-    })
+    destroy_hurried(
+        &st,
+        &h,
+        "session",
+        &id,
+        q,
+        Db::hurry_session,
+        Db::destroy_session,
+    )
     .await
 }
 
 // ------------------------------------------------------------------ instances
 pub async fn list_instances(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
-    st.run(&h, false, |c, db| {
-        Ok(Json(json!({"instances": db.instances(c.viewer(), None)?})))
-    })
-    .await
+    list(&st, &h, "instances", |db, v| db.instances(v, None)).await
 }
 
 pub async fn get_instance(
@@ -243,11 +295,7 @@ pub async fn get_instance(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Res<Instance> {
-    let id = parse_id(&id)?;
-    st.run(&h, false, move |c, db| {
-        Ok(Json(db.instance(c.viewer(), id)?))
-    })
-    .await
+    one(&st, &h, &id, Db::instance).await
 }
 
 pub async fn create_instance(
@@ -257,7 +305,7 @@ pub async fn create_instance(
 ) -> Result<(StatusCode, Json<Instance>), ApiErr> {
     let req = body(b)?;
     let cfg = st.cfg.clone();
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         let pool = match req.pool.clone().or_else(|| cfg.default_pool.clone()) {
             Some(p) => p,
             None => {
@@ -308,28 +356,21 @@ pub async fn delete_instance(
     Path(id): Path<String>,
     q: Result<Query<DestroyQuery>, QueryRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiErr> {
-    let id = parse_id(&id)?;
-    let hurry = hurry_of(q)?;
-    st.run(&h, true, move |c, db| {
-        let dropped = if hurry {
-            let d = db.hurry_instance(c.viewer(), id)?;
-            log_dropped("instance", id, &d);
-            Some(d)
-        } else {
-            None
-        };
-        let i = db.destroy_instance(c.viewer(), id)?;
-        Ok((StatusCode::ACCEPTED, Json(with_dropped(&i, dropped))))
-    })
+    destroy_hurried(
+        &st,
+        &h,
+        "instance",
+        &id,
+        q,
+        Db::hurry_instance,
+        Db::destroy_instance,
+    )
     .await
 }
 
 // ------------------------------------------------------------------ fragments
 pub async fn list_fragments(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
-    st.run(&h, false, |c, db| {
-        Ok(Json(json!({"fragments": db.fragments(c.viewer(), None)?})))
-    })
-    .await
+    list(&st, &h, "fragments", |db, v| db.fragments(v, None)).await
 }
 
 pub async fn get_fragment(
@@ -337,19 +378,13 @@ pub async fn get_fragment(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Res<Fragment> {
-    let id = parse_id(&id)?;
-    st.run(&h, false, move |c, db| {
-        Ok(Json(db.fragment(c.viewer(), id)?))
-    })
-    .await
+    one(&st, &h, &id, Db::fragment).await
 }
 
 // ------------------------------------------------------------------ configurations
 pub async fn list_configurations(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
-    st.run(&h, false, |c, db| {
-        Ok(Json(
-            json!({"configurations": db.configurations(c.viewer(), None)?}),
-        ))
+    list(&st, &h, "configurations", |db, v| {
+        db.configurations(v, None)
     })
     .await
 }
@@ -359,11 +394,7 @@ pub async fn get_configuration(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Res<Configuration> {
-    let id = parse_id(&id)?;
-    st.run(&h, false, move |c, db| {
-        Ok(Json(db.configuration(c.viewer(), id)?))
-    })
-    .await
+    one(&st, &h, &id, Db::configuration).await
 }
 
 pub async fn create_configuration(
@@ -372,7 +403,7 @@ pub async fn create_configuration(
     b: Result<Json<NewConfiguration>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Configuration>), ApiErr> {
     let req = body(b)?;
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         Ok((
             StatusCode::CREATED,
             Json(db.create_configuration(c.viewer(), &req)?),
@@ -386,24 +417,12 @@ pub async fn delete_configuration(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Configuration>), ApiErr> {
-    let id = parse_id(&id)?;
-    st.run(&h, true, move |c, db| {
-        Ok((
-            StatusCode::ACCEPTED,
-            Json(db.destroy_configuration(c.viewer(), id)?),
-        ))
-    })
-    .await
+    destroy(&st, &h, &id, Db::destroy_configuration).await
 }
 
 // ------------------------------------------------------------------ activations
 pub async fn list_activations(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
-    st.run(&h, false, |c, db| {
-        Ok(Json(
-            json!({"activations": db.activations(c.viewer(), None)?}),
-        ))
-    })
-    .await
+    list(&st, &h, "activations", |db, v| db.activations(v, None)).await
 }
 
 pub async fn get_activation(
@@ -411,11 +430,7 @@ pub async fn get_activation(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Res<Activation> {
-    let id = parse_id(&id)?;
-    st.run(&h, false, move |c, db| {
-        Ok(Json(db.activation(c.viewer(), id)?))
-    })
-    .await
+    one(&st, &h, &id, Db::activation).await
 }
 
 pub async fn create_activation(
@@ -425,7 +440,7 @@ pub async fn create_activation(
 ) -> Result<(StatusCode, Json<Activation>), ApiErr> {
     let req = body(b)?;
     let root = st.cfg.mount_root.clone();
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         Ok((
             StatusCode::CREATED,
             Json(db.create_activation(c.viewer(), &req, &root)?),
@@ -439,12 +454,5 @@ pub async fn delete_activation(
     h: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Activation>), ApiErr> {
-    let id = parse_id(&id)?;
-    st.run(&h, true, move |c, db| {
-        Ok((
-            StatusCode::ACCEPTED,
-            Json(db.destroy_activation(c.viewer(), id)?),
-        ))
-    })
-    .await
+    destroy(&st, &h, &id, Db::destroy_activation).await
 }

@@ -8,8 +8,8 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
+use spillway_api::query::{CountsQuery, DestroyQuery, FailuresQuery, StageListQuery, WaitQuery};
 use spillway_api::*;
 use std::time::{Duration, Instant};
 
@@ -58,9 +58,7 @@ where
     // Subscribed before the first read: no change after it is missed.
     let mut rx = st.version.subscribe();
     let first = read.clone();
-    let (caller, mut v) = st
-        .run(h, false, move |c, db| Ok((*c, first(c, db)?)))
-        .await?;
+    let (caller, mut v) = st.read(h, move |c, db| Ok((*c, first(c, db)?))).await?;
     let deadline = Instant::now() + wait;
     while !done(&v) {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -93,7 +91,7 @@ pub async fn create_stage(
 ) -> Result<(StatusCode, Json<Stage>), ApiErr> {
     let req = body(b)?;
     let roots = st.cfg.pfs_roots.clone();
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         let s = db.create_stage(c.viewer(), c.uid, &req, &roots)?;
         tracing::info!(
             stage = s.id,
@@ -107,18 +105,10 @@ pub async fn create_stage(
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    instance: Option<u64>,
-    session: Option<u64>,
-    state: Option<String>,
-}
-
 pub async fn list_stages(
     State(st): State<AppState>,
     h: HeaderMap,
-    q: Result<Query<ListQuery>, QueryRejection>,
+    q: Result<Query<StageListQuery>, QueryRejection>,
 ) -> Res<Value> {
     let q = query(q)?;
     let state = match q.state.as_deref() {
@@ -141,16 +131,10 @@ pub async fn list_stages(
         session: q.session,
         state,
     };
-    st.run(&h, false, move |c, db| {
+    st.read(&h, move |c, db| {
         Ok(Json(json!({"stages": db.stages(c.viewer(), &f)?})))
     })
     .await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WaitQuery {
-    wait: Option<u64>,
 }
 
 pub async fn get_stage(
@@ -180,7 +164,7 @@ pub async fn update_stage(
 ) -> Res<Stage> {
     let id = parse_id(&id)?;
     let u = body(b)?;
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         let s = db.stage_action(c.viewer(), id, u.action)?;
         tracing::info!(
             stage = id,
@@ -202,20 +186,12 @@ pub async fn stage_actions(
 ) -> Res<Value> {
     let id = parse_id(&id)?;
     let a = body(b)?;
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         let ids = db.stage_path_action(c.viewer(), id, &a)?;
         tracing::info!(instance = id, action = a.action.as_str(), path = %a.path, stages = ?ids, "stage action on a path");
         Ok(Json(json!({"stages": ids})))
     })
     .await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CountsQuery {
-    path: String,
-    scope: Option<StageScope>,
-    wait: Option<u64>,
 }
 
 pub async fn stage_counts(
@@ -240,13 +216,6 @@ pub async fn stage_counts(
     Ok(Json(c))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FailuresQuery {
-    after: Option<String>,
-    limit: Option<u32>,
-}
-
 pub async fn stage_failures(
     State(st): State<AppState>,
     h: HeaderMap,
@@ -260,7 +229,7 @@ pub async fn stage_failures(
     if limit == 0 || limit > 10_000 {
         return Err(ApiErr::bad(format!("limit={limit}: 1 to 10000")));
     }
-    st.run(&h, false, move |c, db| {
+    st.read(&h, move |c, db| {
         Ok(Json(db.stage_failures(c.viewer(), id, &after, limit)?))
     })
     .await
@@ -275,7 +244,7 @@ pub async fn set_stage_concurrency(
     let id = parse_id(&id)?;
     let v = body(b)?;
     let applied = st.cfg.clamp_concurrency(v.value);
-    st.run(&h, true, move |c, db| {
+    st.change(&h, move |c, db| {
         let applied = db.set_stage_concurrency(c.viewer(), id, applied)?;
         Ok(Json(json!({"stage_concurrency": applied})))
     })
@@ -283,12 +252,6 @@ pub async fn set_stage_concurrency(
 }
 
 // ------------------------------------------------------------------ teardown
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DestroyQuery {
-    hurry: Option<bool>,
-}
-
 /// `?hurry=true` of a DELETE: whether it was given.
 pub fn hurry_of(q: Result<Query<DestroyQuery>, QueryRejection>) -> Result<bool, ApiErr> {
     Ok(query(q)?.hurry.unwrap_or(false))

@@ -5,7 +5,7 @@
 use super::views::{refusal, NODE_CAPACITY};
 use super::{now, Db, DbError, DbResult, Viewer};
 use crate::alloc::{self, Candidate};
-use crate::api::quoted;
+use crate::echo::quoted;
 use rusqlite::{params, OptionalExtension, Transaction};
 use spillway_api::*;
 
@@ -33,6 +33,16 @@ fn check_name(what: &str, s: &str) -> DbResult<()> {
             "invalid {what} {}: 1 to 64 characters of A-Z a-z 0-9 _ . - (not starting with . or -)",
             quoted(s)
         )))
+    }
+}
+
+/// Changes to `what` `id` need its `goal` to be still "create": one being destroyed is
+/// a Conflict.
+pub(super) fn still_wanted(what: &str, id: u64, goal: &str) -> DbResult<()> {
+    if goal == "create" {
+        Ok(())
+    } else {
+        Err(DbError::Conflict(format!("{what} {id} is being destroyed")))
     }
 }
 
@@ -355,11 +365,7 @@ impl Db {
         let tx = self.conn_mut().transaction()?;
         let (_, goal) = owned_session(&tx, v, id)?;
         if let Some(nodes) = &u.client_nodes {
-            if goal != "create" {
-                return Err(DbError::Conflict(format!(
-                    "session {id} is being destroyed"
-                )));
-            }
+            still_wanted("session", id, &goal)?;
             for n in nodes {
                 check_name("client node", n)?;
             }
@@ -438,12 +444,7 @@ impl Db {
             .conn_mut()
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let (owner, goal) = owned_session(&tx, v, req.session)?;
-        if goal != "create" {
-            return Err(DbError::Conflict(format!(
-                "session {} is being destroyed",
-                req.session
-            )));
-        }
+        still_wanted("session", req.session, &goal)?;
         let token: String = tx.query_row(
             "SELECT token FROM sessions WHERE id = ?1",
             [req.session as i64],
@@ -588,12 +589,7 @@ impl Db {
                 c.instance
             )));
         }
-        if goal != "create" {
-            return Err(DbError::Conflict(format!(
-                "instance {} is being destroyed",
-                c.instance
-            )));
-        }
+        still_wanted("instance", c.instance, &goal)?;
         let group = c.group.map(i64::from).unwrap_or(root_gid);
         tx.execute(
             "INSERT INTO configurations(instance, type, access_mode, root_permissions, grp, created, goal)
@@ -632,12 +628,7 @@ impl Db {
     ) -> DbResult<Activation> {
         let tx = self.conn_mut().transaction()?;
         let (_, goal) = owned_session(&tx, v, a.session)?;
-        if goal != "create" {
-            return Err(DbError::Conflict(format!(
-                "session {} is being destroyed",
-                a.session
-            )));
-        }
+        still_wanted("session", a.session, &goal)?;
         let row: Option<(String, i64, i64)> = tx
             .query_row(
                 "SELECT c.goal, i.public, s.owner FROM configurations c
@@ -654,12 +645,7 @@ impl Db {
                 return Err(refusal(&tx, uid, "configuration", a.configuration));
             }
         }
-        if cgoal != "create" {
-            return Err(DbError::Conflict(format!(
-                "configuration {} is being destroyed",
-                a.configuration
-            )));
-        }
+        still_wanted("configuration", a.configuration, &cgoal)?;
         let dup: i64 = tx.query_row(
             "SELECT COUNT(*) FROM activations WHERE session = ?1 AND configuration = ?2 AND goal = 'create'",
             params![a.session as i64, a.configuration as i64],

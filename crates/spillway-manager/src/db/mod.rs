@@ -5,7 +5,8 @@
 //! * `views`   — rows to the API's JSON resources, filtered by who asks.
 //! * `changes` — creates, updates and destroy goals asked for through the API.
 //! * `reconcile` — what the reconcile loop reads and records.
-//! * `stages`  — staging: requests, file records, dispatch and watching, teardown.
+//! * `stages/`  — staging: requests and actions, file counts, dispatch and watching,
+//!   teardown (split API side / loop side as above).
 
 mod changes;
 mod reconcile;
@@ -18,8 +19,8 @@ pub use reconcile::{
     unmount_item, CallError, ConfigWork, DestroyFragment, FragmentWork, MountWork, NodeProbe,
 };
 pub use stages::{
-    instance_paths, norm_path, under, FileEvent, FileState, LiveStage, Progress, StageEnd,
-    StageFilter, StartWork, WatchState, EIO,
+    instance_paths, norm_path, FileEvent, FileState, LiveStage, Progress, StageEnd, StageFilter,
+    StartWork, WatchState, EIO,
 };
 
 use rusqlite::{Connection, OptionalExtension};
@@ -192,7 +193,5 @@ pub(crate) fn state_of(
     }
 }
 
-#[cfg(test)]
-mod stage_tests;
 #[cfg(test)]
 mod tests;

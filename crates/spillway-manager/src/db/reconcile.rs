@@ -465,7 +465,7 @@ impl Db {
             other => {
                 return Err(super::DbError::Invalid(format!(
                     "status {} is not one of mounted, unmounted, failed",
-                    crate::api::quoted(other)
+                    crate::echo::quoted(other)
                 )))
             }
         };

@@ -115,7 +115,7 @@ impl Db {
         self.pools()?
             .into_iter()
             .find(|p| p.id == id)
-            .ok_or_else(|| DbError::NotFound(format!("no pool {}", crate::api::quoted(id))))
+            .ok_or_else(|| DbError::NotFound(format!("no pool {}", crate::echo::quoted(id))))
     }
 
     pub fn nodes(&self) -> DbResult<Vec<Node>> {
@@ -211,7 +211,7 @@ impl Db {
         self.nodes()?
             .into_iter()
             .find(|n| n.id == id)
-            .ok_or_else(|| DbError::NotFound(format!("no node {}", crate::api::quoted(id))))
+            .ok_or_else(|| DbError::NotFound(format!("no node {}", crate::echo::quoted(id))))
     }
 
     pub fn sessions(&self, v: Viewer, only: Option<u64>) -> DbResult<Vec<Session>> {

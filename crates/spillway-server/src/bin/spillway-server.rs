@@ -1,24 +1,16 @@
 //! `spillway-server --root DIR --listen ADDR [--tunables FILE] [--log-level LEVEL]`
 
 use clap::Parser;
-use spillway_server::{run_server, ServerArgs};
+use spillway_server::options::ServeOptions;
+use spillway_server::run_server;
 use spillway_types::logging::stderr_line;
-use spillway_types::Tunables;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
 #[command(name = "spillway-server", version, about = "Spillway storage server")]
 struct Args {
-    /// Storage root: fragments and the admin key live here (created if missing).
-    #[arg(long)]
-    root: PathBuf,
-    /// Address to serve on, host:port.
-    #[arg(long)]
-    listen: String,
-    /// File of `key = value` tunables.
-    #[arg(long)]
-    tunables: Option<PathBuf>,
+    #[command(flatten)]
+    serve: ServeOptions,
     /// Log filter (error, warn, info, debug, trace, or tracing directives).
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -36,18 +28,14 @@ fn main() -> ExitCode {
         ));
         return ExitCode::from(2);
     }
-    let mut tunables = Tunables::default();
-    if let Some(path) = &args.tunables {
-        if let Err(e) = tunables.apply_file(path) {
+    let server_args = match args.serve.into_args() {
+        Ok(a) => a,
+        Err(e) => {
             stderr_line(&format!("spillway-server: {e}"));
             return ExitCode::from(2);
         }
-    }
-    match run_server(ServerArgs {
-        root: args.root,
-        listen: args.listen,
-        tunables,
-    }) {
+    };
+    match run_server(server_args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             stderr_line(&format!("spillway-server: {e}"));

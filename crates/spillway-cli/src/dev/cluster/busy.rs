@@ -9,6 +9,8 @@
 //! flushed is), then the mount is detached and its client killed, so the holders get
 //! errors from then on; a file whose flush failed is reported and the command fails.
 
+use crate::sys::mounts::{is_client_of, mount_state, Mounted};
+use crate::sys::proc::stop_pid;
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::OpenOptionsExt;
@@ -139,6 +141,80 @@ pub fn flush(holders: &[Holder]) -> Vec<String> {
         }
     }
     failed
+}
+
+/// Busy mounts and who holds each.
+pub type Held = Vec<(PathBuf, Vec<Holder>)>;
+
+/// The mounts some process holds (files open or mapped, a working directory in them).
+pub fn held_mounts(mounts: &[(PathBuf, Option<PathBuf>)]) -> Held {
+    let mut held = Vec::new();
+    for (m, _) in mounts {
+        if let Ok(Some(Mounted::Spillway(e))) = mount_state(m) {
+            let h = holders(m, e.id);
+            if !h.is_empty() {
+                held.push((m.clone(), h));
+            }
+        }
+    }
+    held
+}
+
+/// Why `cluster down` stops without `--force`: every busy mount and its holders.
+pub fn busy_message(held: &Held) -> String {
+    let mut s = String::new();
+    for (m, hs) in held {
+        s.push_str(&format!("{} is busy:\n", m.display()));
+        for h in hs {
+            s.push_str(&format!("  {}\n", describe(h)));
+        }
+    }
+    s.push_str(
+        "nothing was stopped: end these processes (what they wrote may still be in the client), \
+         or use --force (flushes what they wrote, then detaches the mount; they get errors after)",
+    );
+    s
+}
+
+/// `--force` on a held mount: flush the holders' files, detach the mount, kill its
+/// client (the holders' later calls fail with ENOTCONN). Returns what went wrong.
+pub fn force_off(m: &Path, holders: &[Holder], pidfile: Option<&Path>) -> Vec<String> {
+    let mut errors: Vec<String> = flush(holders)
+        .into_iter()
+        .map(|f| format!("DATA NOT FLUSHED: {f}"))
+        .collect();
+    for h in holders {
+        eprintln!("spillway: --force: {} held by {}", m.display(), describe(h));
+    }
+    let c = match std::ffi::CString::new(m.as_os_str().as_encoded_bytes()) {
+        Ok(c) => c,
+        Err(_) => return vec![format!("{}: bad path", m.display())],
+    };
+    // SAFETY: c is a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) } != 0 {
+        errors.push(format!(
+            "cannot detach {}: {}",
+            m.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // The detached mount lives on for its holders until the client goes.
+    let pid = pidfile
+        .and_then(|pf| std::fs::read_to_string(pf).ok())
+        .and_then(|t| t.trim().parse::<i32>().ok())
+        .filter(|p| *p > 0);
+    if let (Some(pid), Some(pf)) = (pid, pidfile) {
+        if is_client_of(pid, pf) {
+            stop_pid(pid, libc::SIGKILL);
+        }
+    }
+    if errors.is_empty() {
+        eprintln!(
+            "spillway: --force: {}: the holders' files were flushed; the mount is detached",
+            m.display()
+        );
+    }
+    errors
 }
 
 #[cfg(test)]

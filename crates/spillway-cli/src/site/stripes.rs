@@ -1,6 +1,7 @@
-//! `spillway stripes PATH`: which server holds each stripe of a file. The client
-//! answers the placement (virtual xattr `user.spillway.layout`); when the caller may
-//! read the instance descriptor, the servers are asked how many bytes each stripe holds.
+//! `spillway stripes PATH`: which server holds each stripe of a file (and `spillway
+//! setstripe`, which sets them). The client answers the placement (virtual xattr
+//! `user.spillway.layout`); when the caller may read the instance descriptor, the
+//! servers are asked how many bytes each stripe holds.
 
 use serde::Deserialize;
 use spillway_placement::Layout;
@@ -120,4 +121,20 @@ pub fn set(path: &Path, name: &str, value: u64) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// `spillway setstripe`: the stripe size and/or width of an empty file or of a
+/// directory, then the result as `show` prints it.
+pub fn setstripe(path: &Path, size: Option<&str>, width: Option<u16>) -> Result<(), String> {
+    if size.is_none() && width.is_none() {
+        return Err("give --size and/or --width".into());
+    }
+    if let Some(s) = size {
+        let bytes = crate::args::size_arg("--size", s)?;
+        set(path, "user.spillway.stripe_size", bytes)?;
+    }
+    if let Some(w) = width {
+        set(path, "user.spillway.stripe_width", u64::from(w))?;
+    }
+    show(path, false)
 }

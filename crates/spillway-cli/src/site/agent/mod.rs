@@ -4,107 +4,38 @@
 //!
 //! Mount points are the agent's own: only below its `mount_root`, made by root through
 //! directories no user can change and never through a symbolic link, and what is
-//! mounted at one is the kernel's word (see `mountpoint.rs`).
+//! mounted at one is the kernel's word (see `mount_root.rs`).
 //!
 //! A mount whose client died (the mount then answers ENOTCONN while the mount table
-//! still lists it) is noticed by a watcher thread (`mounthealth.rs`, every
+//! still lists it) is noticed by a watcher thread (`health.rs`, every
 //! `HEALTH_EVERY`), reported `failed` with the reason, and mounted again once nothing
 //! holds the dead mount; while something does, it stays reported and is left in place.
 //!
 //! Capabilities never reach users: each instance descriptor (with its capability) is a
 //! root-only file under the agent's state directory (mode 0700 dir, 0600 file) read by
 //! the root-owned client process; rewriting it renews the capability in place.
+//!
+//! * `config`     — `agent.conf`.
+//! * `files`      — its files per activation, and where each is mounted here.
+//! * `mount_root` — where the agent may mount, and how it walks there.
+//! * `health`     — whether a mount it made is still served.
 
-use crate::mounthealth::{Health, Prober};
-use crate::mountpoint::{MountRoot, Mounted, DEFAULT_MOUNT_ROOT};
-use spillway_api::config::{self, ClientConfig};
+mod config;
+mod files;
+mod health;
+mod mount_root;
+
+pub use config::AgentConfig;
+
+use crate::sys::mounts::{self, Mounted};
+use health::{Health, Prober};
 use spillway_api::{AgentHello, AgentMount, AgentReport, AgentWork, ApiClient, Goal};
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-pub struct AgentConfig {
-    pub client: ClientConfig,
-    /// This node's name as sessions list it.
-    pub node: String,
-    pub state_dir: PathBuf,
-    /// Source addresses of this node's mounts (empty: as the manager sees the agent).
-    pub addresses: Vec<String>,
-    /// Tunables file for the mounts.
-    pub tunables: Option<PathBuf>,
-    /// Mount every activation below this directory (at `mount_prefix/<its path>`)
-    /// instead of at its path: several agents of one machine, each a compute node of
-    /// its own (`spillway local up --extra-node`), must not mount on top of each other.
-    pub mount_prefix: Option<PathBuf>,
-    /// The only directory mounts go below (the manager's `mount_root`; below
-    /// `mount_prefix` if one is set). Anything else the manager names is refused.
-    pub mount_root: PathBuf,
-}
-
-const KEYS: &[&str] = &[
-    "manager_url",
-    "ca_file",
-    "munge_socket",
-    "node",
-    "state_dir",
-    "addresses",
-    "tunables",
-    "mount_prefix",
-    "mount_root",
-];
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
-}
-
-impl AgentConfig {
-    pub fn load(path: &Path) -> Result<AgentConfig, String> {
-        let m = config::read(path, KEYS)?;
-        let client = ClientConfig::from_map(&m).map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(AgentConfig {
-            client,
-            node: m.get("node").cloned().unwrap_or_else(hostname),
-            state_dir: PathBuf::from(
-                m.get("state_dir")
-                    .map(String::as_str)
-                    .unwrap_or("/var/lib/spillway/agent"),
-            ),
-            addresses: m
-                .get("addresses")
-                .map(|a| {
-                    a.split(',')
-                        .map(|s| s.trim().to_string())
-                        .filter(|s| !s.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default(),
-            tunables: m.get("tunables").map(PathBuf::from),
-            mount_prefix: m.get("mount_prefix").map(PathBuf::from),
-            mount_root: PathBuf::from(
-                m.get("mount_root")
-                    .map(String::as_str)
-                    .unwrap_or(DEFAULT_MOUNT_ROOT),
-            ),
-        })
-    }
-}
-
-/// An API client with a fresh MUNGE credential per request.
-pub fn api_client(c: &ClientConfig, timeout: Duration) -> Result<ApiClient, String> {
-    let munge = spillway_munge::Munge::new(c.munge_socket.clone());
-    ApiClient::new(
-        &c.manager_url,
-        &c.ca_file,
-        Box::new(move || munge.encode(b"").map_err(|e| format!("MUNGE: {e}"))),
-        timeout,
-    )
-    .map_err(|e| e.to_string())
-}
 
 struct Agent {
     cfg: AgentConfig,
@@ -151,73 +82,6 @@ const HEALTH_EVERY: Duration = Duration::from_secs(2);
 const POLL_WAIT_SECS: u64 = 20;
 
 impl Agent {
-    fn desc_path(&self, activation: u64) -> PathBuf {
-        self.cfg
-            .state_dir
-            .join(format!("activation-{activation}.json"))
-    }
-    fn pid_path(&self, activation: u64) -> PathBuf {
-        self.cfg
-            .state_dir
-            .join(format!("activation-{activation}.pid"))
-    }
-    fn log_path(&self, activation: u64) -> PathBuf {
-        self.cfg
-            .state_dir
-            .join(format!("activation-{activation}.log"))
-    }
-    /// The client config every mount gets (`--manager-config`): how libdatawarp's
-    /// requests through the mount reach the manager.
-    fn manager_config_path(&self) -> PathBuf {
-        self.cfg.state_dir.join("manager.conf")
-    }
-
-    fn write_manager_config(&self) -> Result<PathBuf, String> {
-        let c = &self.cfg.client;
-        // The mount daemonizes (cwd /): relative paths of the agent's config must not
-        // reach it as they are.
-        let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-        let mut text = format!(
-            "# Written by the agent for its mounts (libdatawarp's control channel).\n\
-             manager_url = {}\nca_file = {}\n",
-            c.manager_url,
-            abs(&c.ca_file).display()
-        );
-        if let Some(s) = &c.munge_socket {
-            text.push_str(&format!("munge_socket = {}\n", abs(s).display()));
-        }
-        let path = self.manager_config_path();
-        Self::write_private(&path, &text)?;
-        Ok(path)
-    }
-
-    /// Where an activation's mount goes on this node: its path, below `mount_prefix`
-    /// if one is set.
-    fn mount_point(&self, mount: &str) -> PathBuf {
-        self.prefixed(Path::new(mount))
-    }
-
-    fn prefixed(&self, p: &Path) -> PathBuf {
-        match &self.cfg.mount_prefix {
-            Some(pre) => pre.join(p.strip_prefix("/").unwrap_or(p)),
-            None => p.to_path_buf(),
-        }
-    }
-
-    /// This node's mount root, created if missing and checked (every time: a check
-    /// made once at start would not see a directory changed since).
-    fn mount_root(&self) -> Result<MountRoot, String> {
-        MountRoot::open(&self.prefixed(&self.cfg.mount_root))
-    }
-
-    /// The file recording where an activation is mounted here (for unmounts after a
-    /// restart and for `spillway local down`).
-    fn mount_path(&self, activation: u64) -> PathBuf {
-        self.cfg
-            .state_dir
-            .join(format!("activation-{activation}.mount"))
-    }
-
     fn report(&mut self, activation: u64, status: &str, error: Option<String>) {
         if self.reported.get(&activation).map(String::as_str) == Some(status) && error.is_none() {
             return;
@@ -227,24 +91,12 @@ impl Agent {
             status: status.into(),
             error,
         };
-        match self
-            .api
-            .post::<_, serde_json::Value>(&format!("/dw/v1/agents/{}/reports", self.cfg.node), &r)
-        {
+        match self.api.agent_report(&self.cfg.node, &r) {
             Ok(_) => {
                 self.reported.insert(activation, status.into());
             }
             Err(e) => tracing::warn!(activation, "cannot report {status}: {e}"),
         }
-    }
-
-    /// Write `text` to `path` (0600) unless it already holds it.
-    fn write_private(path: &Path, text: &str) -> Result<(), String> {
-        if std::fs::read_to_string(path).ok().as_deref() == Some(text) {
-            return Ok(());
-        }
-        spillway_types::files::write_atomic(path, text.as_bytes(), 0o600)
-            .map_err(|e| format!("{}: {e}", path.display()))
     }
 
     fn mount(&mut self, m: &AgentMount) -> Result<(), MountFailure> {
@@ -312,7 +164,7 @@ impl Agent {
     /// again: only if nothing holds it (a busy dead mount stays, and this fails saying
     /// why); then its old client, if still there, is stopped.
     fn clear_dead(&mut self, activation: u64, mnt: &Path, why: &str) -> Result<(), MountFailure> {
-        if !crate::mountpoint::umount_if_idle(mnt)? {
+        if !mounts::umount_if_idle(mnt)? {
             return Err(MountFailure::DeadInUse(format!(
                 "the mount at {} is dead ({why}) and still in use (open files or working \
                  directories in it): left in place, remounted once nothing holds it",
@@ -320,7 +172,7 @@ impl Agent {
             )));
         }
         tracing::info!(activation, "unmounted the dead mount at {}", mnt.display());
-        Ok(crate::mountpoint::stop_client(&self.pid_path(activation))?)
+        Ok(mounts::stop_client(&self.pid_path(activation))?)
     }
 
     /// Mount `m` unless it is mounted and served; report the outcome.
@@ -399,7 +251,7 @@ impl Agent {
         {
             // Mounted by an agent from before mount roots (our own record says so):
             // take it down where it is, but never make or remove anything there.
-            crate::mountpoint::unmount(mnt, Some(&self.pid_path(activation)))?;
+            mounts::unmount(mnt, Some(&self.pid_path(activation)))?;
         }
         // Otherwise never mounted here (this agent refuses such paths): nothing to do.
         for p in [
@@ -410,29 +262,6 @@ impl Agent {
             let _ = std::fs::remove_file(p);
         }
         Ok(())
-    }
-
-    /// Activations this agent holds on disk (from earlier passes or an earlier run),
-    /// with their mount points on this node.
-    fn held(&self) -> Vec<(u64, String)> {
-        let mut out = Vec::new();
-        let Ok(rd) = std::fs::read_dir(&self.cfg.state_dir) else {
-            return out;
-        };
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(id) = name
-                .strip_prefix("activation-")
-                .and_then(|r| r.strip_suffix(".mount"))
-                .and_then(|r| r.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            if let Ok(m) = std::fs::read_to_string(e.path()) {
-                out.push((id, m));
-            }
-        }
-        out
     }
 
     fn apply(&mut self, work: &AgentWork) {
@@ -499,8 +328,9 @@ pub fn run(cfg: AgentConfig) -> Result<(), String> {
     std::fs::set_permissions(&cfg.state_dir, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| format!("{}: {e}", cfg.state_dir.display()))?;
     // Two clients: the long poll's, used without the agent's lock, and the reports'.
-    let poll = api_client(&cfg.client, Duration::from_secs(POLL_WAIT_SECS + 15))?;
-    let api = api_client(&cfg.client, Duration::from_secs(POLL_WAIT_SECS + 15))?;
+    let client = |t| ApiClient::munge(&cfg.client, t).map_err(|e| e.to_string());
+    let poll = client(Duration::from_secs(POLL_WAIT_SECS + 15))?;
+    let api = client(Duration::from_secs(POLL_WAIT_SECS + 15))?;
     let agent = Agent {
         cfg,
         api,
@@ -536,7 +366,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), String> {
             let hello = AgentHello {
                 addresses: addresses.clone(),
             };
-            match poll.put::<_, serde_json::Value>(&format!("/dw/v1/agents/{node}"), &hello) {
+            match poll.agent_hello(&node, &hello) {
                 Ok(v) => {
                     tracing::info!("registered with the manager as {node}: {v}");
                     said_hello = true;
@@ -549,11 +379,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), String> {
                 }
             }
         }
-        let path = match version {
-            Some(v) => format!("/dw/v1/agents/{node}/work?version={v}&wait={POLL_WAIT_SECS}"),
-            None => format!("/dw/v1/agents/{node}/work"),
-        };
-        match poll.get::<AgentWork>(&path) {
+        match poll.agent_work(&node, version, POLL_WAIT_SECS) {
             Ok(work) => {
                 backoff = Duration::from_millis(200);
                 let mut a = lock(&agent);

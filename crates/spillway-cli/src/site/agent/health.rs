@@ -14,7 +14,8 @@
 //! mount point is outstanding, so a hung client costs one parked thread, not one per
 //! check.
 
-use crate::mountpoint::{alive, is_client_of};
+use crate::sys::mounts::is_client_of;
+use crate::sys::proc::alive;
 use std::collections::HashSet;
 use std::ffi::CString;
 use std::io;

@@ -13,9 +13,10 @@ mod as_user;
 mod private;
 mod retry;
 
-// Progress lines: dropped, never a panic, when stdout is closed (pipe.rs).
+// Progress lines: dropped, never a panic, when stdout is closed (`sys/pipe.rs`).
 use crate::say;
 
+use crate::args::RunArgs;
 use spillway_api::ApiClient;
 use spillway_jobs::input;
 use spillway_jobs::phases::{self, PhaseError, SetupRequest, Teardown};
@@ -26,16 +27,6 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-pub struct RunArgs {
-    pub script: PathBuf,
-    pub script_args: Vec<String>,
-    pub config: Option<PathBuf>,
-    pub user: Option<String>,
-    pub nodes: Vec<String>,
-    pub token: Option<String>,
-    pub chdir: Option<PathBuf>,
-}
 
 /// Tokens of `spillway run` jobs start here: far beyond Slurm's job ids (at most
 /// 0x03FFFFFF), so that both can share a site.
@@ -153,7 +144,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     // The job's own dwstat/dwcli reach this same site.
     let site_config = std::fs::canonicalize(&cfg_path).unwrap_or(cfg_path.clone());
     let cfg = spillway_api::config::ClientConfig::load(&cfg_path)?;
-    let api = crate::agent::api_client(&cfg, Duration::from_secs(60))?;
+    let api = ApiClient::munge(&cfg, Duration::from_secs(60)).map_err(|e| e.to_string())?;
     // A request no pool can ever hold is refused now, before anything is made.
     if spec.instance.is_some() || !spec.create.is_empty() {
         let pools = retry::phase("validate", || Ok(phases::fits::pool_totals(&api)?))
@@ -166,7 +157,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         None => fresh_token(&api)?,
     };
     let nodes = if a.nodes.is_empty() {
-        vec![crate::hostname()]
+        vec![crate::sys::host::hostname()]
     } else {
         a.nodes.clone()
     };
@@ -333,7 +324,7 @@ fn run_script(
         c.arg(&copy);
         c
     };
-    cmd.args(&a.script_args);
+    cmd.args(&a.args);
     let cwd = match &a.chdir {
         Some(d) => d.clone(),
         None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(&user.dir)),

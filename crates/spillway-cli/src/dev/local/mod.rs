@@ -12,137 +12,47 @@
 //! machine: `agent-NAME.conf`, state in `agent-NAME/`, log `logs/agent-NAME.log`, and
 //! its mounts below `nodes/NAME/` (the agent's `mount_prefix`), so that the nodes of one
 //! session do not mount on top of each other.
+//!
+//! * `state` — `DIR/local.json`.
+//! * `files` — the configuration files `up` writes.
 
-use crate::agent::api_client;
-use crate::cluster::free_port;
-use crate::mountpoint::{alive, stop_pid, unmount};
-use serde::{Deserialize, Serialize};
+mod files;
+mod state;
+
+use crate::args::{size_arg, LocalCmd, LocalUpArgs};
+use crate::sys::host::{free_port, hostname};
+use crate::sys::mounts::unmount;
+use crate::sys::proc::{alive, spawn_detached, stop_pid};
 use spillway_api::config::ClientConfig;
-use spillway_api::{ApiClient, NewNode, NewPool, Node};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use spillway_api::{paths, ApiClient, NewNode, NewPool, Node};
+use state::{load, save, state_path, LocalAgent, LocalServer, LocalSite};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct LocalServer {
-    pub name: String,
-    pub listen: String,
-    pub root: PathBuf,
-    pub pid: Option<i32>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct LocalSite {
-    pub manager_listen: String,
-    pub manager_pid: Option<i32>,
-    pub agent_pid: Option<i32>,
-    pub node: String,
-    pub servers: Vec<LocalServer>,
-    /// Agents of `--extra-node`: more compute nodes on this machine.
-    #[serde(default)]
-    pub extra_agents: Vec<LocalAgent>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct LocalAgent {
-    pub node: String,
-    pub pid: Option<i32>,
-}
-
-pub struct UpArgs {
-    pub dir: PathBuf,
-    pub servers: u16,
-    pub server_capacity: u64,
-    pub pool: String,
-    pub granularity: u64,
-    pub node: String,
-    pub munge_socket: Option<PathBuf>,
-    pub policy: Option<String>,
-    /// Start the processes only: no pool, no nodes registered.
-    pub bare: bool,
-    /// The PFS roots stages may use (manager.conf's `pfs_roots`).
-    pub pfs_roots: Vec<PathBuf>,
-    /// manager.conf's `admin_group`: its members are admins (e.g. the SlurmUser's group,
-    /// for dw_wlm_cli).
-    pub admin_group: Option<String>,
-    /// More compute nodes on this machine, an agent each.
-    pub extra_nodes: Vec<String>,
-}
-
-/// `pfs_roots = ...` for manager.conf and the servers' tunables: absolute paths
-/// (resolved when they exist, as the servers resolve them), colon-separated.
-fn pfs_roots_line(roots: &[PathBuf]) -> Result<String, String> {
-    if roots.is_empty() {
-        return Ok(String::new());
-    }
-    let mut out = Vec::new();
-    for r in roots {
-        if !r.is_absolute() {
-            return Err(format!("--pfs-root {}: not an absolute path", r.display()));
+/// `spillway local ...`.
+pub fn command(cmd: LocalCmd) -> Result<(), String> {
+    match cmd {
+        LocalCmd::Up(a) => up(a),
+        LocalCmd::Down { dir, keep_data } => down(&dir, keep_data),
+        LocalCmd::Kill { dir, what, signal } => {
+            let sig = match signal.as_str() {
+                "KILL" => libc::SIGKILL,
+                "TERM" => libc::SIGTERM,
+                s => return Err(format!("--signal {s}: KILL or TERM")),
+            };
+            kill(&dir, &what, sig)
         }
-        let r = std::fs::canonicalize(r).unwrap_or_else(|_| r.clone());
-        let s = r
-            .to_str()
-            .filter(|s| !s.contains([':', ',', '\n', '#']))
-            .ok_or_else(|| {
-                format!(
-                    "--pfs-root {}: the path cannot hold : , # or a newline",
-                    r.display()
-                )
-            })?;
-        out.push(s.to_string());
+        LocalCmd::Start { dir, what } => start(&dir, &what),
     }
-    Ok(format!("pfs_roots = {}\n", out.join(":")))
-}
-
-fn state_path(dir: &Path) -> PathBuf {
-    dir.join("local.json")
-}
-
-pub fn load(dir: &Path) -> Result<LocalSite, String> {
-    let p = state_path(dir);
-    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
-}
-
-fn save(dir: &Path, s: &LocalSite) -> Result<(), String> {
-    let p = state_path(dir);
-    let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
-    spillway_types::files::write_atomic(&p, text.as_bytes(), 0o644)
-        .map_err(|e| format!("{}: {e}", p.display()))
-}
-
-fn write(path: &Path, text: &str) -> Result<(), String> {
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Start `spillway <args>` in its own session with output to `logs/<name>.log`.
 fn spawn(dir: &Path, name: &str, args: &[&std::ffi::OsStr]) -> Result<i32, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let log_path = dir.join("logs").join(format!("{name}.log"));
-    use std::os::unix::fs::OpenOptionsExt;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        // Logs name users' files and stages: root's alone.
-        .mode(0o600)
-        .open(&log_path)
-        .map_err(|e| format!("{}: {e}", log_path.display()))?;
-    let log2 = log.try_clone().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
-    cmd.args(args).stdin(Stdio::null()).stdout(log).stderr(log2);
-    // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {name}: {e}"))?;
-    Ok(child.id() as i32)
+    cmd.args(args);
+    spawn_detached(cmd, &dir.join("logs").join(format!("{name}.log")), name)
 }
 
 fn client_config(dir: &Path) -> Result<ClientConfig, String> {
@@ -150,7 +60,7 @@ fn client_config(dir: &Path) -> Result<ClientConfig, String> {
 }
 
 fn admin_api(dir: &Path) -> Result<ApiClient, String> {
-    api_client(&client_config(dir)?, Duration::from_secs(10))
+    ApiClient::munge(&client_config(dir)?, Duration::from_secs(10)).map_err(|e| e.to_string())
 }
 
 fn start_server(dir: &Path, s: &LocalServer) -> Result<i32, String> {
@@ -200,7 +110,7 @@ fn wait_manager(dir: &Path, pid: i32) -> Result<(), String> {
     let api = admin_api(dir)?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match api.get::<serde_json::Value>("/dw/v1/pools") {
+        match api.get::<serde_json::Value>(paths::POOLS) {
             Ok(_) => return Ok(()),
             Err(e) => {
                 if !alive(pid) {
@@ -218,7 +128,12 @@ fn wait_manager(dir: &Path, pid: i32) -> Result<(), String> {
     }
 }
 
-pub fn up(a: UpArgs) -> Result<(), String> {
+/// `spillway local up`: the site at `a.dir`, started and (unless `--bare`) with its
+/// pool made and its servers registered and online.
+pub fn up(a: LocalUpArgs) -> Result<(), String> {
+    let server_capacity = size_arg("--server-capacity", &a.server_capacity)?;
+    let granularity = size_arg("--granularity", &a.granularity)?;
+    let node = a.node.clone().unwrap_or_else(hostname);
     let dir = &a.dir;
     if state_path(dir).exists() {
         return Err(format!(
@@ -230,9 +145,9 @@ pub fn up(a: UpArgs) -> Result<(), String> {
     if a.servers == 0 {
         return Err("--servers must be at least 1".into());
     }
-    for n in &a.extra_nodes {
+    for n in &a.extra_node {
         // The name becomes file names here.
-        if !spillway_api::valid_node_name(n) || *n == a.node {
+        if !spillway_api::valid_node_name(n) || *n == node {
             return Err(format!(
                 "--extra-node {n:?}: a node name (A-Z a-z 0-9 _ . -, not starting with . or -) other than --node"
             ));
@@ -250,85 +165,15 @@ pub fn up(a: UpArgs) -> Result<(), String> {
     }
     let dir = &std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     spillway_manager::tls::init(&dir.join("tls"), &[])?;
-    let munge_line = a
-        .munge_socket
-        .as_ref()
-        .map(|s| format!("munge_socket = {}\n", s.display()))
-        .unwrap_or_default();
-    let pfs_line = pfs_roots_line(&a.pfs_roots)?;
-    let admin_line = match &a.admin_group {
-        Some(g) if g.is_empty() || g.contains(['\n', '#']) => {
-            return Err(format!("--admin-group {g:?} is not a group name"))
-        }
-        Some(g) => format!("admin_group = {g}\n"),
-        None => String::new(),
-    };
-    let mport = free_port()?;
-    let manager_listen = format!("127.0.0.1:{mport}");
-    write(
-        &dir.join("manager.conf"),
-        &format!(
-            "# spillway local site: manager\nlisten = {manager_listen}\nstate_dir = {}\n\
-             tls_cert = {}\ntls_key = {}\nmount_root = {}\ndefault_pool = {}\n\
-             heartbeat_interval = 1s\nnode_timeout = 3s\n{}{munge_line}{pfs_line}{admin_line}",
-            dir.join("manager").display(),
-            dir.join("tls/manager.pem").display(),
-            dir.join("tls/manager.key").display(),
-            dir.join("mounts").display(),
-            a.pool,
-            a.policy
-                .as_ref()
-                .map(|p| format!("policy = {p}\n"))
-                .unwrap_or_default(),
-        ),
-    )?;
-    write(
-        &dir.join("spillway.conf"),
-        &format!(
-            "# spillway local site: where dwstat/dwcli/dw_wlm_cli find the manager\n\
-             manager_url = https://{manager_listen}\nca_file = {}\n{munge_line}",
-            dir.join("tls/ca.pem").display()
-        ),
-    )?;
-    write(
-        &dir.join("agent.conf"),
-        &format!(
-            "# spillway local site: this machine's agent\nmanager_url = https://{manager_listen}\n\
-             ca_file = {}\nnode = {}\nstate_dir = {}\nmount_root = {}\n{munge_line}",
-            dir.join("tls/ca.pem").display(),
-            a.node,
-            dir.join("agent").display(),
-            dir.join("mounts").display()
-        ),
-    )?;
-    for n in &a.extra_nodes {
-        let name = extra_agent_name(n);
-        write(
-            &dir.join(format!("{name}.conf")),
-            &format!(
-                "# spillway local site: compute node {n} of this machine\n\
-                 manager_url = https://{manager_listen}\nca_file = {}\nnode = {n}\n\
-                 state_dir = {}\nmount_prefix = {}\nmount_root = {}\n{munge_line}",
-                dir.join("tls/ca.pem").display(),
-                dir.join(&name).display(),
-                dir.join("nodes").join(n).display(),
-                dir.join("mounts").display()
-            ),
-        )?;
-    }
-    // The servers take their PFS roots from their own configuration only.
-    write(
-        &dir.join("server.tunables"),
-        &format!("{munge_line}{pfs_line}"),
-    )?;
+    let manager_listen = files::write_configs(dir, &a, &node)?;
     let mut site = LocalSite {
         manager_listen,
         manager_pid: None,
         agent_pid: None,
-        node: a.node.clone(),
+        node: node.clone(),
         servers: Vec::new(),
         extra_agents: a
-            .extra_nodes
+            .extra_node
             .iter()
             .map(|n| LocalAgent {
                 node: n.clone(),
@@ -363,10 +208,10 @@ pub fn up(a: UpArgs) -> Result<(), String> {
     }
     let api = admin_api(dir)?;
     if let Err(e) = api.post::<_, serde_json::Value>(
-        "/dw/v1/pools",
+        paths::POOLS,
         &NewPool {
             id: a.pool.clone(),
-            granularity: a.granularity,
+            granularity,
             units: None,
         },
     ) {
@@ -374,12 +219,12 @@ pub fn up(a: UpArgs) -> Result<(), String> {
     }
     for s in &site.servers {
         api.post::<_, serde_json::Value>(
-            "/dw/v1/nodes",
+            paths::NODES,
             &NewNode {
                 id: s.name.clone(),
                 address: s.listen.clone(),
                 pool: Some(a.pool.clone()),
-                capacity: Some(a.server_capacity),
+                capacity: Some(server_capacity),
             },
         )
         .map_err(|e| format!("cannot register {}: {e}", s.name))?;
@@ -387,7 +232,7 @@ pub fn up(a: UpArgs) -> Result<(), String> {
     // Servers count once their first heartbeat is in.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let nodes: serde_json::Value = api.get("/dw/v1/nodes").map_err(|e| e.to_string())?;
+        let nodes: serde_json::Value = api.get(paths::NODES).map_err(|e| e.to_string())?;
         let nodes: Vec<Node> =
             serde_json::from_value(nodes["nodes"].clone()).map_err(|e| e.to_string())?;
         if nodes.iter().all(|n| n.online) {
@@ -527,6 +372,8 @@ fn unmount_left(agent_dir: &Path) {
     }
 }
 
+/// `spillway local down`: the agents (then what they left mounted), the manager and
+/// the servers stopped, and DIR removed unless `keep_data`.
 pub fn down(dir: &Path, keep_data: bool) -> Result<(), String> {
     let site = load(dir)?;
     // The agents first, so they do not remount what we take down.

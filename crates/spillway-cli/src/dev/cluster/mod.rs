@@ -1,0 +1,397 @@
+//! `spillway cluster`: a whole instance on this machine (N servers, one mount) started
+//! with one command and torn down with another, leaving nothing behind. With `--netns`
+//! every server runs in a network namespace of its own, reached over a veth pair, so
+//! the client talks to its servers across a real network path.
+//!
+//! A developer cluster plays the manager's part for its instance: it generates the
+//! instance secret (kept in `DIR/instance.secret`, mode 0600, for the servers only) and
+//! mints the client's capability into `DIR/instance.json` (mode 0600).
+//!
+//! * `state`  — `DIR/cluster.json`.
+//! * `netns`  — the bridge and namespaces of `--netns`.
+//! * `secret` — the instance secret and the client's capability.
+//! * `busy`   — busy mounts at `down` (who holds them; `--force`).
+//! * `status` — `spillway cluster status`.
+
+mod busy;
+mod netns;
+mod secret;
+mod state;
+mod status;
+
+use crate::args::{size_arg, ClusterCmd, ClusterUpArgs};
+use crate::sys::host::free_port;
+use crate::sys::mounts::{is_mounted, unmount};
+use crate::sys::proc::{alive, spawn_detached, stop_pid, stop_pid_within};
+use busy::{busy_message, force_off, held_mounts};
+use netns::{delete_netns, setup_netns};
+use secret::{dev_capability, load_secret, random_bytes, secret_path, write_private};
+use spillway_types::descriptor::{decode_hex, encode_hex};
+use spillway_types::InstanceDescriptor;
+use spillway_wire::messages::*;
+use spillway_wire::Endpoint;
+use state::{load, save, ClusterState, MountState, ServerState};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// `spillway cluster ...`.
+pub fn command(cmd: ClusterCmd) -> Result<(), String> {
+    match cmd {
+        ClusterCmd::Up(a) => {
+            // Parsed before anything starts: a bad option tears nothing down.
+            let p = UpSizes {
+                capacity: size_arg("--capacity", &a.capacity)?,
+                stripe_size: u32::try_from(size_arg("--stripe-size", &a.stripe_size)?)
+                    .map_err(|_| "stripe size too large".to_string())?,
+                root_mode: u32::from_str_radix(&a.root_mode, 8)
+                    .map_err(|_| format!("bad mode {}", a.root_mode))?
+                    & 0o7777,
+            };
+            match up(&a, &p) {
+                Ok(mnt) => {
+                    println!("{}", mnt.display());
+                    Ok(())
+                }
+                Err(e) => {
+                    // Leave nothing half-started behind.
+                    let _ = down(&a.dir, true, true);
+                    Err(e)
+                }
+            }
+        }
+        ClusterCmd::Down {
+            dir,
+            keep_data,
+            force,
+        } => down(&dir, keep_data, force),
+        ClusterCmd::Status { dir, json } => status::status(&dir, json),
+        ClusterCmd::KillServer { dir, index, signal } => {
+            let sig = match signal.to_ascii_uppercase().trim_start_matches("SIG") {
+                "KILL" => libc::SIGKILL,
+                "TERM" => libc::SIGTERM,
+                other => return Err(format!("unsupported signal {other} (KILL or TERM)")),
+            };
+            kill_server(&dir, index, sig)
+        }
+        ClusterCmd::StartServer { dir, index } => start_server(&dir, index),
+    }
+}
+
+/// `cluster up`'s sizes and mode, parsed.
+struct UpSizes {
+    capacity: u64,
+    stripe_size: u32,
+    root_mode: u32,
+}
+
+/// Start server `s` (in its namespace, if it has one) with its log in `DIR/logs`.
+fn spawn_server(dir: &Path, s: &ServerState) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&s.root).map_err(|e| format!("{}: {e}", s.root.display()))?;
+    let log_path = dir.join("logs").join(format!("server-{}.log", s.index));
+    let mut cmd = match &s.netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    cmd.arg("server")
+        .arg("--root")
+        .arg(&s.root)
+        .arg("--listen")
+        .arg(&s.listen);
+    spawn_detached(cmd, &log_path, &format!("server {}", s.index))
+}
+
+/// Wait until server `s` (pid `pid`) listens and has written its admin key.
+fn wait_listening(s: &ServerState, pid: i32) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr: std::net::SocketAddr = s.listen.parse().map_err(|e| format!("{}: {e}", s.listen))?;
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+            && s.root.join("admin.key").exists()
+        {
+            return Ok(());
+        }
+        if !alive(pid) {
+            return Err(format!("server {} exited at start; see its log", s.index));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "server {} did not start listening on {}",
+                s.index, s.listen
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An admin connection to server `s` (its admin key from its root).
+fn admin(s: &ServerState) -> Result<Endpoint, String> {
+    let key_path = s.root.join("admin.key");
+    let key =
+        std::fs::read_to_string(&key_path).map_err(|e| format!("{}: {e}", key_path.display()))?;
+    let key = decode_hex(key.trim()).ok_or_else(|| format!("{} is not hex", key_path.display()))?;
+    let hello = HelloReq::new(role::ADMIN, 0, key, "spillway-cluster");
+    Ok(Endpoint::new(
+        s.listen.clone(),
+        hello,
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+    ))
+}
+
+/// Start the cluster at `a.dir` (or resume it: what runs is kept, what is stopped is
+/// started again), and mount it; the mount point.
+fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
+    let dir = &a.dir;
+    std::fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // The servers' roots (the instance secret, metadata, data) and the logs are root's
+    // alone; each server makes its own root 0700 too.
+    for sub in ["logs", "servers"] {
+        spillway_types::files::private_dir(&dir.join(sub))
+            .map_err(|e| format!("{}: {e}", dir.join(sub).display()))?;
+    }
+    let dir = dir.canonicalize().map_err(|e| e.to_string())?;
+    let resumed = load(&dir).ok();
+    let desc_path = dir.join("instance.json");
+    let (mut st, mut desc, secret) = match resumed {
+        Some(st) if desc_path.exists() => {
+            let d = InstanceDescriptor::load(&desc_path).map_err(|e| e.to_string())?;
+            let secret = load_secret(&dir, &d)?;
+            (st, d, secret)
+        }
+        _ => {
+            if a.servers == 0 {
+                return Err("a cluster needs at least one server".into());
+            }
+            if p.capacity < u64::from(a.servers) * (1 << 20) {
+                return Err("capacity must be at least 1 MiB per server".into());
+            }
+            let id_bytes = random_bytes(8)?;
+            let instance = u64::from_le_bytes(id_bytes.try_into().unwrap_or([7; 8])) >> 1;
+            let mut servers = Vec::new();
+            for k in 0..a.servers {
+                let root = dir.join("servers").join(format!("s{k}"));
+                let (netns, listen) = if a.netns {
+                    let (ns, addr) = setup_netns(instance, k)?;
+                    (Some(ns), addr)
+                } else {
+                    (None, format!("127.0.0.1:{}", free_port()?))
+                };
+                servers.push(ServerState {
+                    index: k,
+                    root,
+                    listen,
+                    pid: None,
+                    netns,
+                });
+            }
+            let st = ClusterState {
+                instance,
+                capacity: p.capacity,
+                stripe_size: p.stripe_size,
+                servers,
+                mounts: Vec::new(),
+            };
+            let secret = random_bytes(32)?;
+            write_private(&secret_path(&dir), &encode_hex(&secret))?;
+            let desc = InstanceDescriptor {
+                instance,
+                servers: st.servers.iter().map(|s| s.listen.clone()).collect(),
+                capacity: p.capacity,
+                stripe_size: p.stripe_size,
+                // Minted below, once the servers' addresses are settled.
+                credential: String::new(),
+            };
+            (st, desc, secret)
+        }
+    };
+    // A fresh capability on every `up`: a resumed cluster's client gets a full term.
+    desc.credential = encode_hex(&dev_capability(&secret, &st)?);
+    desc.validate().map_err(|e| e.to_string())?;
+    save(&dir, &st)?;
+    // Servers.
+    for i in 0..st.servers.len() {
+        let s = st.servers[i].clone();
+        if s.pid.is_some_and(alive) {
+            continue;
+        }
+        if let Some(ns) = &s.netns {
+            if !Path::new("/run/netns").join(ns).exists() {
+                setup_netns(st.instance, s.index)?;
+            }
+        }
+        let pid = spawn_server(&dir, &s)?;
+        st.servers[i].pid = Some(pid);
+        save(&dir, &st)?;
+        wait_listening(&s, pid)?;
+    }
+    // Fragments (idempotent: a resumed cluster finds them in place).
+    // Fragments split the capacity exactly (the first ones take the remainder's bytes),
+    // so the instance size statfs reports is the size asked for.
+    let n = st.servers.len() as u64;
+    for s in &st.servers {
+        let per = st.capacity / n + u64::from(u64::from(s.index) < st.capacity % n);
+        let ep = admin(s)?;
+        ep.call(&FragmentCreateReq {
+            instance: st.instance,
+            index: s.index,
+            peers: desc.servers.clone(),
+            capacity: per,
+            credential: secret.clone(),
+            stripe_size: desc.stripe_size,
+            root_uid: 0,
+            root_gid: 0,
+            root_mode: p.root_mode,
+        })
+        .map_err(|e| format!("creating the fragment on server {} failed: {e}", s.index))?;
+    }
+    write_private(&desc_path, &desc.to_json())?;
+    // The mount.
+    let mnt = a.mountpoint.clone().unwrap_or_else(|| dir.join("mnt"));
+    mount_at(&dir, &mut st, &desc_path, &mnt)?;
+    Ok(mnt)
+}
+
+/// Mount the instance of `desc` at `mnt` (unless mounted) and record it.
+fn mount_at(dir: &Path, st: &mut ClusterState, desc: &Path, mnt: &Path) -> Result<(), String> {
+    if is_mounted(mnt) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let tag = mnt.to_string_lossy().replace('/', "_");
+    let log = dir.join("logs").join(format!("client{tag}.log"));
+    let pidfile = dir.join(format!("client{tag}.pid"));
+    let out = Command::new(exe)
+        .arg("mount")
+        .arg("--instance")
+        .arg(desc)
+        .arg("--log")
+        .arg(&log)
+        .arg("--pidfile")
+        .arg(&pidfile)
+        .arg(mnt)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    st.mounts.retain(|m| m.path != mnt);
+    st.mounts.push(MountState {
+        path: mnt.to_path_buf(),
+        pidfile,
+    });
+    save(dir, st)
+}
+
+/// Take the cluster at `dir` down: its mounts (a busy one only with `force`), servers
+/// and namespaces, and (unless `keep_data`) the directory. Nothing there: nothing to do.
+fn down(dir: &Path, keep_data: bool, force: bool) -> Result<(), String> {
+    let Ok(dir) = dir.canonicalize() else {
+        return Ok(());
+    };
+    let st = match load(&dir) {
+        Ok(s) => s,
+        Err(_) if !dir.join("cluster.json").exists() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    // Every mount of this instance: ours, and others made with `spillway mount`.
+    let fsname = format!("spillway:{}", st.instance);
+    let mut mounts: Vec<(PathBuf, Option<PathBuf>)> = st
+        .mounts
+        .iter()
+        .map(|m| (m.path.clone(), Some(m.pidfile.clone())))
+        .collect();
+    if let Ok(text) = std::fs::read_to_string("/proc/self/mounts") {
+        for l in text.lines() {
+            let mut f = l.split(' ');
+            if f.next() == Some(&fsname) {
+                if let Some(p) = f.next() {
+                    let p = PathBuf::from(p.replace("\\040", " "));
+                    if !mounts.iter().any(|(m, _)| *m == p) {
+                        mounts.push((p, None));
+                    }
+                }
+            }
+        }
+    }
+    // A busy mount: refused before anything stops, or (--force) flushed and cut off.
+    let held = held_mounts(&mounts);
+    if !held.is_empty() && !force {
+        return Err(busy_message(&held));
+    }
+    let mut errors = Vec::new();
+    for (m, holders) in &held {
+        let pf = mounts
+            .iter()
+            .find(|(p, _)| p == m)
+            .and_then(|(_, pf)| pf.clone());
+        errors.extend(force_off(m, holders, pf.as_deref()));
+    }
+    for (m, pf) in &mounts {
+        if let Err(e) = unmount(m, pf.as_deref()) {
+            errors.push(e);
+        }
+    }
+    for s in &st.servers {
+        if let Some(pid) = s.pid {
+            if alive(pid) {
+                stop_pid(pid, libc::SIGTERM);
+            }
+        }
+        if let Some(ns) = &s.netns {
+            delete_netns(ns);
+        }
+    }
+    if st.servers.iter().any(|s| s.netns.is_some()) {
+        netns::teardown(&st);
+    }
+    if keep_data {
+        let mut st = st;
+        for s in &mut st.servers {
+            s.pid = None;
+        }
+        st.mounts.clear();
+        save(&dir, &st)?;
+    } else if let Err(e) = std::fs::remove_dir_all(&dir) {
+        errors.push(format!("removing {}: {e}", dir.display()));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Stop server `index` with `signal` (SIGKILL if it outlives 15 s).
+fn kill_server(dir: &Path, index: u16, signal: i32) -> Result<(), String> {
+    let mut st = load(dir)?;
+    let i = st.position(index)?;
+    if let Some(pid) = st.servers[i].pid.take() {
+        stop_pid_within(pid, signal, Duration::from_secs(15));
+    }
+    save(dir, &st)
+}
+
+/// Start server `index` again on its root and address.
+fn start_server(dir: &Path, index: u16) -> Result<(), String> {
+    let mut st = load(dir)?;
+    let i = st.position(index)?;
+    let s = st.servers[i].clone();
+    if s.pid.is_some_and(alive) {
+        return Ok(());
+    }
+    let pid = spawn_server(dir, &s)?;
+    st.servers[i].pid = Some(pid);
+    save(dir, &st)?;
+    wait_listening(&s, pid)
+}

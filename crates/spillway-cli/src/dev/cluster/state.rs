@@ -1,0 +1,60 @@
+//! What `spillway cluster` keeps in `DIR/cluster.json`: its instance, servers (address,
+//! root, pid, namespace) and mounts, so that later commands find them again.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct ServerState {
+    pub index: u16,
+    pub root: PathBuf,
+    pub listen: String,
+    pub pid: Option<i32>,
+    pub netns: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct MountState {
+    pub path: PathBuf,
+    pub pidfile: PathBuf,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct ClusterState {
+    pub instance: u64,
+    pub capacity: u64,
+    pub stripe_size: u32,
+    pub servers: Vec<ServerState>,
+    pub mounts: Vec<MountState>,
+}
+
+impl ClusterState {
+    /// Where server `index` is in `servers`.
+    pub fn position(&self, index: u16) -> Result<usize, String> {
+        self.servers
+            .iter()
+            .position(|s| s.index == index)
+            .ok_or(format!("no server {index}"))
+    }
+}
+
+/// `DIR/cluster.json`.
+fn state_path(dir: &Path) -> PathBuf {
+    dir.join("cluster.json")
+}
+
+/// The state of the cluster at `dir`.
+pub fn load(dir: &Path) -> Result<ClusterState, String> {
+    let p = state_path(dir);
+    let text = std::fs::read_to_string(&p)
+        .map_err(|e| format!("no cluster at {} ({}: {e})", dir.display(), p.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is damaged: {e}", p.display()))
+}
+
+/// Write the state (through a temporary file and a rename).
+pub fn save(dir: &Path, st: &ClusterState) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(st).map_err(|e| e.to_string())?;
+    let tmp = dir.join("cluster.json.tmp");
+    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, state_path(dir)).map_err(|e| format!("{}: {e}", dir.display()))
+}
