@@ -12,7 +12,6 @@
 
 use spillway_stubs::Instance;
 use spillway_types::{ServerIndex, Tunables};
-use spillway_wire::messages::GrantReleaseReq;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -165,12 +164,7 @@ impl Grants {
     }
 
     fn give_back(&self, server: ServerIndex, epoch: u64, bytes: u64) {
-        let req = GrantReleaseReq {
-            grant_epoch: epoch,
-            bytes,
-        };
-        let sent = self.inst.server(server).and_then(|ep| ep.call(&req));
-        if let Err(e) = sent {
+        if let Err(e) = self.inst.release_grant(server, epoch, bytes) {
             // The server takes the grant back when the connection goes anyway.
             tracing::debug!(server = server.0, "grant release failed: {e}");
         }

@@ -5,7 +5,8 @@
 //!   one per server handler (`lookup` here ↔ `LookupReq` there), placed by
 //!   `spillway-placement` (its own crate: the servers' stage coordinator uses it too).
 //! * `nodes`    — what this client knows of inodes and open files.
-//! * `writeback`— the per-file write-back buffer (close-to-open: flushed at close/fsync).
+//! * `writeback`— the per-file write-back buffer (close-to-open: flushed at close/fsync),
+//!   sent through the write stubs (`spillway_stubs::write`).
 //! * `grants`   — the space each server promised this client (write-behind needs it).
 //! * `inval`    — dropping the kernel's cache of a file whose written-behind bytes were lost.
 //! * `fs`       — the FUSE operations, each mapped onto the stubs (`fs/existing.rs`:
@@ -14,6 +15,8 @@
 //! * `caller`   — the calling thread's groups, capabilities, syscall and signals.
 //! * `acl`      — POSIX ACLs: what a new inode inherits, the directories' default ACLs.
 //! * `mount`    — mounting, the kernel connection's settings, and unmount on SIGTERM.
+//! * `control`  — libdatawarp's ioctl channel: its codec, the bridge to the manager's
+//!   REST API, and what each request does.
 //! * `root`     — which directory of the instance the mount shows as its root (private
 //!   mounts), and the translation of inode numbers and paths across the FUSE boundary.
 

@@ -18,13 +18,13 @@
 
 use crate::caller::{self, SignalWatch, Waiter};
 use fuser::{ReplyEmpty, ReplyLock};
+use spillway_stubs::locks::{LockRange, LockSession};
 use spillway_stubs::Instance;
 use spillway_types::{Errno, InodeNo};
-use spillway_wire::messages::{lock_class, lock_kind, GetLkReq, LockReq, LOCK_LEASE};
-use spillway_wire::Conn;
+use spillway_wire::messages::{lock_class, lock_kind, LOCK_LEASE};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// How often a client renews the locks it holds at a server.
@@ -45,7 +45,7 @@ struct Lease {
     /// Bumped whenever locks held there may have been lost (a new connection, a
     /// lapsed lease): grants made under an older epoch are gone.
     epoch: u64,
-    conn: Weak<Conn>,
+    session: LockSession,
     /// When the last request the server answered was sent: the server keeps this
     /// client's locks at least `LOCK_LEASE` past it.
     confirmed: Instant,
@@ -70,18 +70,18 @@ struct State {
 }
 
 impl State {
-    /// The server answered a request sent at `sent` on connection `conn`; returns
+    /// The server answered a request sent at `sent` on connection `session`; returns
     /// the epoch grants from that answer belong to.
-    fn observe(&mut self, server: u16, conn: &Arc<Conn>, sent: Instant) -> u64 {
+    fn observe(&mut self, server: u16, session: &LockSession, sent: Instant) -> u64 {
         let l = self.leases.entry(server).or_insert_with(|| Lease {
             epoch: 0,
-            conn: Arc::downgrade(conn),
+            session: session.clone(),
             confirmed: sent,
         });
         let silent = sent.saturating_duration_since(l.confirmed) >= LOCK_LEASE;
-        if !Weak::ptr_eq(&l.conn, &Arc::downgrade(conn)) || silent {
+        if l.session != *session || silent {
             l.epoch += 1;
-            l.conn = Arc::downgrade(conn);
+            l.session = session.clone();
         }
         if sent > l.confirmed {
             l.confirmed = sent;
@@ -118,6 +118,18 @@ pub struct LockArgs {
     pub pid: u32,
     /// The calling thread (its /proc entry).
     pub tid: u32,
+}
+
+impl LockArgs {
+    /// The owner's bytes, as the lock stubs name them.
+    fn range(&self) -> LockRange {
+        LockRange {
+            ino: self.ino,
+            owner: self.owner,
+            start: self.start,
+            end: self.end,
+        }
+    }
 }
 
 fn kind_of(typ: i32) -> Result<u8, Errno> {
@@ -183,14 +195,7 @@ impl Locks {
             Ok(k) if k != lock_kind::UNLOCK => k,
             Ok(_) | Err(_) => return reply.error(fuser::Errno::EINVAL),
         };
-        let req = GetLkReq {
-            ino: a.ino,
-            owner: a.owner,
-            kind,
-            start: a.start,
-            end: a.end,
-        };
-        match self.inst.get_lk(&req) {
+        match self.inst.get_lk(a.range(), kind) {
             Ok(Some(c)) => {
                 let typ = if c.kind == lock_kind::WRITE {
                     libc::F_WRLCK
@@ -266,18 +271,10 @@ impl Locks {
     /// One try at the home.
     fn attempt(self: &Arc<Self>, a: &LockArgs, class: u8, kind: u8) -> Result<(), Errno> {
         let server = a.ino.home();
-        let before = self.inst.lock_conn(server)?;
+        let before = self.inst.lock_session(server)?;
         let sent = Instant::now();
-        let r = self.inst.lock(&LockReq {
-            ino: a.ino,
-            owner: a.owner,
-            class,
-            kind,
-            start: a.start,
-            end: a.end,
-            pid: a.pid,
-        });
-        let after = self.inst.lock_conn(server).ok();
+        let r = self.inst.lock(a.range(), class, kind, a.pid);
+        let after = self.inst.lock_session(server).ok();
         let key = (a.ino, a.owner, class);
         let mut st = self.state();
         // Grants belong to the connection the request went out on; if another one
@@ -286,7 +283,7 @@ impl Locks {
             Ok(_) => st.observe(server.0, &before, sent),
             Err(_) => st.leases.get(&server.0).map_or(0, |l| l.epoch),
         };
-        if let Some(after) = after.filter(|c| !Arc::ptr_eq(c, &before)) {
+        if let Some(after) = after.filter(|c| *c != before) {
             st.observe(server.0, &after, sent);
         }
         let held = match r {
@@ -373,7 +370,7 @@ impl Locks {
         };
         for s in servers {
             let server = spillway_types::ServerIndex(s);
-            let Ok(before) = self.inst.lock_conn(server) else {
+            let Ok(before) = self.inst.lock_session(server) else {
                 continue;
             };
             let sent = Instant::now();

@@ -197,20 +197,14 @@ impl MountRoot {
                 cur = ino;
                 continue;
             }
-            let made = inst.create(CreateReq {
-                parent: cur,
-                name: name.as_bytes().to_vec(),
-                kind: FileKind::Directory,
-                mode: root.mode & 0o7777,
-                uid: root.uid,
-                gid: root.gid,
-                rdev: 0,
-                target: Vec::new(),
-                stripe_size: 0,
-                stripe_width: 0,
-                open: false,
-                xattrs: Vec::new(),
-            });
+            let made = inst.create(CreateReq::new(
+                cur,
+                name.as_bytes(),
+                FileKind::Directory,
+                root.mode & 0o7777,
+                root.uid,
+                root.gid,
+            ));
             cur = match made {
                 Ok(a) => {
                     // The parent's times and subdirectory count; the directory exists

@@ -3,10 +3,11 @@
 //! A write is sent to its stripe's server as it comes, and the caller goes on without
 //! waiting for the reply: up to `writeback_per_file` bytes (and `writeback_inflight`
 //! requests) per file are in flight before a writer waits for the oldest reply. Small
-//! contiguous writes are first gathered into one staged run of up to
-//! `writeback_chunk` bytes (never crossing a stripe), so a stream of 4 KiB writes
+//! contiguous writes are first gathered into one staged run (`writeback/staged.rs`) of
+//! up to `writeback_chunk` bytes (never crossing a stripe), so a stream of 4 KiB writes
 //! costs one RPC per chunk, and an fsync right after a small write sends it with the
-//! sync flag: write + fsync is one round trip.
+//! sync flag: write + fsync is one round trip. Every write goes out through the write
+//! stubs (`spillway_stubs::write`).
 //!
 //! Two writes to overlapping bytes are never in flight at once: a server may run the
 //! requests of one connection in parallel, so the later one could land first.
@@ -29,12 +30,14 @@
 //! pages and attributes of the file are dropped, so that the writer too reads what the
 //! servers hold.
 
+mod staged;
+
 use crate::grants::Grants;
 use spillway_placement::Layout;
-use spillway_stubs::Instance;
+use spillway_stubs::{Charge, Instance, PendingWrite};
 use spillway_types::{Attr, Errno, InodeNo, ServerIndex, StripeIndex, Tunables};
-use spillway_wire::messages::{setattr, SetAttrReq, WriteReq};
-use spillway_wire::OwnedCall;
+use spillway_wire::messages::{setattr, SetAttrReq};
+use staged::Staged;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -66,59 +69,13 @@ pub struct WriteBack {
     end: AtomicU64,
 }
 
-/// Bytes gathered for one write RPC: contiguous, within one stripe, and all charged to
-/// the grant of session `epoch` of the stripe's server.
-struct Staged {
-    offset: u64,
-    data: Vec<u8>,
-    epoch: u64,
-}
-
-impl State {
-    fn dirty(&self) -> bool {
-        self.staged.is_some() || !self.inflight.is_empty() || self.size_stale
-    }
-}
-
-impl Staged {
-    fn end(&self) -> u64 {
-        self.offset + self.data.len() as u64
-    }
-
-    /// Whether `len` bytes at `offset` overlap or extend this run and it stays within
-    /// `chunk` bytes.
-    fn fits(&self, offset: u64, len: usize, chunk: usize) -> bool {
-        offset >= self.offset
-            && offset <= self.end()
-            && offset + len as u64 - self.offset <= chunk as u64
-    }
-
-    /// Bytes the run would grow by (what taking them must charge).
-    fn growth(&self, offset: u64, len: usize) -> u64 {
-        (offset + len as u64).saturating_sub(self.end())
-    }
-
-    /// Take `bytes` at `offset` into this run if they overlap or extend it and the run
-    /// stays within `chunk` bytes; newer bytes win.
-    fn merge(&mut self, offset: u64, bytes: &[u8], chunk: usize) -> bool {
-        if !self.fits(offset, bytes.len(), chunk) {
-            return false;
-        }
-        let at = (offset - self.offset) as usize;
-        let overlap = bytes.len().min(self.data.len() - at);
-        self.data[at..at + overlap].copy_from_slice(&bytes[..overlap]);
-        self.data.extend_from_slice(&bytes[overlap..]);
-        true
-    }
-}
-
 /// A write sent and not yet answered.
 struct InFlight {
     offset: u64,
     end: u64,
     server: ServerIndex,
     sync: bool,
-    call: OwnedCall<WriteReq>,
+    call: PendingWrite,
 }
 
 #[derive(Default)]
@@ -143,6 +100,12 @@ struct State {
     /// it: data and size are durable after fsync; an mtime-only change may be older
     /// after a server crash (docs/data-plane.md).
     durable_size: Option<u64>,
+}
+
+impl State {
+    fn dirty(&self) -> bool {
+        self.staged.is_some() || !self.inflight.is_empty() || self.size_stale
+    }
 }
 
 impl WriteBack {
@@ -332,23 +295,20 @@ impl WriteBack {
         while st.inflight.iter().any(|f| f.offset < end && offset < f.end) {
             self.reap_one(st);
         }
-        let (stripe, within) = layout.locate(offset);
-        let server = layout.server_of(stripe);
+        let server = layout.server_of(layout.locate(offset).0);
         // What is left of the grant pays for a part; the server fits the rest.
-        let (grant_epoch, charged) = self
+        let (epoch, charged) = self
             .grants
             .charge_upto(server, bytes.len() as u64)
             .unwrap_or((0, 0));
-        let req = WriteReq {
-            ino: self.ino,
-            stripe: stripe.0,
-            offset: within,
-            sync: false,
-            grant_epoch,
-            charged: charged as u32,
+        let charge = Charge {
+            epoch,
+            bytes: charged as u32,
         };
         tracing::debug!(ino = %self.ino, offset, len = bytes.len(), charged, "write not covered by the grant: waited for");
-        let reply = self.inst.server(server)?.call_bulk(&req, bytes)?;
+        let reply = self
+            .inst
+            .write_piece(layout, self.ino, offset, bytes, charge)?;
         self.grants.credit(server, reply.grant_epoch, reply.granted);
         let n = (reply.written as usize).min(bytes.len());
         if n == 0 {
@@ -401,25 +361,23 @@ impl WriteBack {
         {
             self.reap_one(st);
         }
-        let (stripe, within) = layout.locate(offset);
-        let server = layout.server_of(stripe);
-        let ep = self.inst.endpoint(server)?;
-        let req = WriteReq {
-            ino: self.ino,
-            stripe: stripe.0,
-            offset: within,
-            sync,
-            grant_epoch: epoch,
-            charged: data.len() as u32,
+        let server = layout.server_of(layout.locate(offset).0);
+        let len = data.len();
+        let charge = Charge {
+            epoch,
+            bytes: len as u32,
         };
-        st.inflight_bytes += data.len();
+        let call = self
+            .inst
+            .start_write_piece(layout, self.ino, offset, data, sync, charge)?;
+        st.inflight_bytes += len;
         st.size_stale = true;
         st.inflight.push_back(InFlight {
             offset,
             end,
             server,
             sync,
-            call: OwnedCall::start(&ep, &req, data),
+            call,
         });
         Ok(())
     }
@@ -626,89 +584,5 @@ fn merge_servers(into: &mut Vec<ServerIndex>, from: &[ServerIndex]) {
         if !into.contains(s) {
             into.push(*s);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn staged(offset: u64, data: &[u8]) -> Staged {
-        Staged {
-            offset,
-            data: data.to_vec(),
-            epoch: 1,
-        }
-    }
-
-    #[test]
-    fn growth_is_what_a_merge_must_charge() {
-        let s = staged(10, b"abcdef");
-        assert_eq!(s.growth(12, 2), 0, "inside the run: already charged");
-        assert_eq!(s.growth(14, 4), 2);
-        assert_eq!(s.growth(16, 3), 3);
-        assert!(s.fits(16, 3, 100));
-        assert!(!s.fits(17, 1, 100), "a gap");
-        assert!(!s.fits(9, 1, 100), "before the run");
-    }
-
-    #[test]
-    fn appends_extend_the_run() {
-        let mut s = staged(10, b"abc");
-        assert!(s.merge(13, b"def", 100));
-        assert!(s.merge(16, b"g", 100));
-        assert_eq!(s.data, b"abcdefg");
-        assert_eq!(s.offset, 10);
-    }
-
-    #[test]
-    fn overlaps_take_the_newest_bytes() {
-        let mut s = staged(0, b"aaaaaa");
-        assert!(s.merge(2, b"BB", 100));
-        assert_eq!(s.data, b"aaBBaa");
-        assert!(s.merge(4, b"CCCC", 100));
-        assert_eq!(s.data, b"aaBBCCCC");
-        assert!(s.merge(0, b"D", 100));
-        assert_eq!(s.data, b"DaBBCCCC");
-    }
-
-    #[test]
-    fn gaps_earlier_bytes_and_overflow_are_refused() {
-        let mut s = staged(10, b"abc");
-        assert!(
-            !s.merge(14, b"x", 100),
-            "a gap would need zeroes we do not know"
-        );
-        assert!(!s.merge(9, b"xy", 100), "bytes before the run");
-        assert!(!s.merge(13, &[0; 98], 100), "past the chunk");
-        assert!(s.merge(13, &[0; 97], 100), "exactly the chunk");
-        assert_eq!(s.data.len(), 100);
-        assert_eq!(s.data[..3], *b"abc");
-    }
-
-    #[test]
-    fn matches_a_flat_model() {
-        // Random mergeable writes against a flat byte array.
-        let mut model: Vec<u8> = b"seed".to_vec();
-        let mut s = staged(1000, b"seed");
-        let mut seed = 12345u64;
-        for _ in 0..2000 {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let at = (seed >> 33) as usize % (model.len() + 1);
-            let len = 1 + (seed >> 13) as usize % 20;
-            let byte = (seed >> 5) as u8;
-            let merged = s.merge(1000 + at as u64, &vec![byte; len], 300);
-            assert_eq!(merged, at + len <= 300);
-            if merged {
-                if model.len() < at + len {
-                    model.resize(at + len, 0);
-                }
-                model[at..at + len].fill(byte);
-            }
-        }
-        assert_eq!(s.data, model);
-        assert_eq!(s.offset, 1000);
     }
 }

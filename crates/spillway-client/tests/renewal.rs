@@ -5,7 +5,7 @@ use spillway_client::Instance;
 use spillway_types::capability::{mint, Capability};
 use spillway_types::descriptor::{decode_hex, encode_hex};
 use spillway_types::{Errno, InstanceDescriptor, ServerIndex, Tunables, ROOT_INODE};
-use spillway_wire::{role, Endpoint, FragmentCreateReq, HelloReq, PROTOCOL_VERSION};
+use spillway_wire::{Endpoint, FragmentCreateReq, HelloReq, Role, PROTOCOL_VERSION};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::Duration;
@@ -46,11 +46,11 @@ fn write_descriptor(path: &Path, instance: u64, server: SocketAddr, credential: 
     std::fs::rename(&tmp, path).unwrap();
 }
 
-fn hello(role: u8, instance: u64, credential: Vec<u8>) -> HelloReq {
+fn hello(role: Role, instance: u64, credential: Vec<u8>) -> HelloReq {
     HelloReq {
         version_min: PROTOCOL_VERSION,
         version_max: PROTOCOL_VERSION,
-        role,
+        role: role.into(),
         instance,
         credential,
         peer_name: "renewal-test".into(),
@@ -73,7 +73,7 @@ fn a_renewed_capability_is_used_from_the_next_connection_on() {
     let key = std::fs::read_to_string(root.join("admin.key")).unwrap();
     let admin = Endpoint::new(
         addr.to_string(),
-        hello(role::ADMIN, 0, decode_hex(key.trim()).unwrap()),
+        hello(Role::Admin, 0, decode_hex(key.trim()).unwrap()),
         Duration::from_secs(10),
         Duration::from_secs(1),
     );

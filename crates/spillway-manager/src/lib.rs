@@ -13,10 +13,10 @@
 pub mod alloc;
 pub mod api;
 pub mod auth;
-pub mod echo;
 pub mod capability;
 pub mod config;
 pub mod db;
+pub mod echo;
 pub mod identity;
 pub mod reconcile;
 pub mod serve;

@@ -4,7 +4,7 @@
 //! cannot deadlock on it. Pending purges are retried every `RETRY_INTERVAL`.
 
 use crate::registry::Registry;
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,20 +13,9 @@ use std::time::Duration;
 
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Wakes the purge thread. Rings coalesce: one pass handles all logged purges.
-#[derive(Clone)]
-pub struct PurgeWaker(Sender<()>);
-
-impl PurgeWaker {
-    pub fn wake(&self) {
-        let _ = self.0.try_send(());
-    }
-}
-
-pub fn doorbell() -> (PurgeWaker, Receiver<()>) {
-    let (tx, rx) = bounded(1);
-    (PurgeWaker(tx), rx)
-}
+// The doorbell is the fragments' (they ring it): defined below them, so that
+// fragment code never reaches up to this thread (no import cycle).
+pub use crate::fragment::purge_bell::{doorbell, PurgeWaker};
 
 pub struct Purger {
     stop: Arc<AtomicBool>,

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use spillway_wire::{role, FragmentListReq};
+use spillway_wire::{FragmentListReq, Role};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,7 +57,7 @@ fn stops_cleanly_on_sigterm_and_sigint() {
             root.join("admin.key").exists()
                 && endpoint(
                     addr.parse().unwrap(),
-                    hello(role::ADMIN, 0, &admin_key(&root)),
+                    hello(Role::Admin, 0, &admin_key(&root)),
                 )
                 .call(&FragmentListReq {})
                 .is_ok()

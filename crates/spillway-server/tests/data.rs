@@ -6,8 +6,8 @@ mod common;
 use common::*;
 use spillway_types::{Errno, FileKind};
 use spillway_wire::{
-    setattr, GetAttrReq, LinkCountReq, OpenReq, ReadReq, ReleaseReq, RemoveEntryReq, SetAttrReq,
-    StatFsReq, StripeLen, SyncDataReq, SyncMetaReq, TruncateDataReq, WriteReq,
+    setattr, GetAttrReq, OpenReq, ReadReq, ReleaseReq, RemoveEntryReq, SetAttrReq, StatFsReq,
+    StripeLen, SyncDataReq, SyncMetaReq, TruncateDataReq, WriteReq,
 };
 use std::time::Duration;
 
@@ -66,17 +66,7 @@ fn write_and_read_across_stripes() {
         c.at(s).call(&SyncMetaReq {}).unwrap();
     }
     // Out-of-range requests are refused, not attempted.
-    let huge = c.at(0).call_bulk(
-        &WriteReq {
-            ino: f.ino,
-            stripe: 0,
-            offset: 64 << 20,
-            sync: false,
-            grant_epoch: 0,
-            charged: 0,
-        },
-        b"x",
-    );
+    let huge = c.at(0).call_bulk(&write_req(f.ino, 0, 64 << 20), b"x");
     assert_eq!(huge.unwrap_err(), Errno::EINVAL);
     let big_read = c.at(0).call(&ReadReq {
         ino: f.ino,
@@ -127,29 +117,9 @@ fn enospc_at_capacity_writes_nothing() {
         avail = avail - charged + r.granted;
     }
     assert_eq!(ep.call(&StatFsReq {}).unwrap().used, cap);
-    let over = ep.call_bulk(
-        &WriteReq {
-            ino: f.ino,
-            stripe: 100,
-            offset: 0,
-            sync: false,
-            grant_epoch: 0,
-            charged: 0,
-        },
-        b"x",
-    );
+    let over = ep.call_bulk(&write_req(f.ino, 100, 0), b"x");
     assert_eq!(over.unwrap_err(), Errno::ENOSPC);
-    let grow = ep.call_bulk(
-        &WriteReq {
-            ino: f.ino,
-            stripe: 0,
-            offset: SS - 1,
-            sync: false,
-            grant_epoch: 0,
-            charged: 0,
-        },
-        b"xy",
-    );
+    let grow = ep.call_bulk(&write_req(f.ino, 0, SS - 1), b"xy");
     // Not charged to a grant: the byte that overwrites lands, the one past is refused.
     assert_eq!(grow.unwrap().written, 1);
     assert!(
@@ -168,18 +138,7 @@ fn enospc_at_capacity_writes_nothing() {
     );
     assert_eq!(ep.call(&StatFsReq {}).unwrap().used, cap);
     // Overwriting in place needs no room.
-    ep.call_bulk(
-        &WriteReq {
-            ino: f.ino,
-            stripe: 0,
-            offset: 0,
-            sync: false,
-            grant_epoch: 0,
-            charged: 0,
-        },
-        &[2u8; 100],
-    )
-    .unwrap();
+    ep.call_bulk(&write_req(f.ino, 0, 0), &[2u8; 100]).unwrap();
 }
 
 #[test]
@@ -266,16 +225,7 @@ fn unlinked_file_is_purged_on_last_close_on_every_server() {
         },
     )
     .unwrap();
-    assert_eq!(
-        home.call(&LinkCountReq {
-            ino: f.ino,
-            delta: -1
-        })
-        .unwrap()
-        .attr
-        .nlink,
-        0
-    );
+    assert_eq!(link_count(home, f.ino, -1).unwrap().attr.nlink, 0);
     // Still open: attributes and data stay.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(home.call(&GetAttrReq { ino: f.ino }).unwrap().attr.nlink, 0);
@@ -318,12 +268,7 @@ fn a_dropped_connection_releases_its_opens() {
             .unwrap_err(),
         Errno::ENOENT
     );
-    c.home(f.ino)
-        .call(&LinkCountReq {
-            ino: f.ino,
-            delta: -1,
-        })
-        .unwrap();
+    link_count(c.home(f.ino), f.ino, -1).unwrap();
     assert!(
         c.getattr(f.ino).is_ok(),
         "held open by the other connection"
@@ -348,12 +293,7 @@ fn a_purge_completes_when_a_peer_fragment_is_gone() {
         .admin()
         .call(&spillway_wire::FragmentDestroyReq { instance: INSTANCE })
         .unwrap();
-    c.at(0)
-        .call(&LinkCountReq {
-            ino: f.ino,
-            delta: -1,
-        })
-        .unwrap();
+    link_count(c.at(0), f.ino, -1).unwrap();
     let pending = || c.nodes[0].pending_purges();
     assert!(
         eventually(Duration::from_secs(10), || pending() == 0),
@@ -366,18 +306,8 @@ fn a_purge_completes_when_a_peer_fragment_is_gone() {
 fn a_create_that_opens_holds_the_inode_like_an_open() {
     let c = Cluster::start(2, 1 << 30, SS);
     let req = spillway_wire::CreateReq {
-        parent: root(),
-        name: b"opened".to_vec(),
-        kind: FileKind::Regular,
-        mode: 0o644,
-        uid: 1000,
-        gid: 100,
-        rdev: 0,
-        target: Vec::new(),
-        stripe_size: 0,
-        stripe_width: 0,
         open: true,
-        xattrs: Vec::new(),
+        ..spillway_wire::CreateReq::new(root(), b"opened", FileKind::Regular, 0o644, 1000, 100)
     };
     let f = c.call_entry(root(), b"opened", &req).unwrap().attr;
     c.write(&f, 0, &pattern(SS as usize + 10, 9)).unwrap();
@@ -392,13 +322,7 @@ fn a_create_that_opens_holds_the_inode_like_an_open() {
         },
     )
     .unwrap();
-    let left = home
-        .call(&LinkCountReq {
-            ino: f.ino,
-            delta: -1,
-        })
-        .unwrap()
-        .attr;
+    let left = link_count(home, f.ino, -1).unwrap().attr;
     assert_eq!(left.nlink, 0);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(

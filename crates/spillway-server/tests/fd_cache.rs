@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use spillway_types::FileKind;
-use spillway_wire::{SyncDataReq, WriteReq};
+use spillway_wire::SyncDataReq;
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")
@@ -28,17 +28,7 @@ fn writing_5000_files_keeps_fds_bounded() {
             .create(root(), &format!("file{i}"), FileKind::Regular)
             .unwrap();
         c.at(0)
-            .call_bulk(
-                &WriteReq {
-                    ino: f.ino,
-                    stripe: 0,
-                    offset: 0,
-                    sync: false,
-                    grant_epoch: 0,
-                    charged: 0,
-                },
-                &[i as u8; 4096],
-            )
+            .call_bulk(&write_req(f.ino, 0, 0), &[i as u8; 4096])
             .unwrap();
         if i % 3 == 0 {
             c.at(0).call(&SyncDataReq { ino: f.ino }).unwrap();

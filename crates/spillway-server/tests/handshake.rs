@@ -8,8 +8,8 @@ use spillway_types::tunables::MAX_FRAME_LEN;
 use spillway_types::{Errno, ServerIndex};
 use spillway_wire::conn::CallError;
 use spillway_wire::{
-    role, Call, Conn, FragmentCreateReq, FragmentDestroyReq, FragmentListReq, FrameHeader,
-    FrameKind, GetAttrReq, HelloReq, StatFsReq, Wire,
+    Call, Conn, FragmentCreateReq, FragmentDestroyReq, FragmentListReq, FrameHeader, FrameKind,
+    GetAttrReq, HelloReq, Role, StatFsReq, Wire,
 };
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
@@ -92,27 +92,42 @@ fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
     }
 }
 
+/// A 1 MiB fragment of a one-server instance, its root 0755 owned by root.
+fn one_server_fragment(instance: u64, addr: SocketAddr, credential: &[u8]) -> FragmentCreateReq {
+    FragmentCreateReq {
+        instance,
+        index: 0,
+        peers: vec![addr.to_string()],
+        capacity: 1 << 20,
+        credential: credential.to_vec(),
+        stripe_size: 1 << 20,
+        root_uid: 0,
+        root_gid: 0,
+        root_mode: 0o755,
+    }
+}
+
 #[test]
 fn refusals() {
     let c = Cluster::start(2, 1 << 30, 1 << 20);
     let addr = c.nodes[0].addr;
     assert_eq!(
-        refused(addr, hello(role::CLIENT, INSTANCE, b"wrong")),
+        refused(addr, hello(Role::Client, INSTANCE, b"wrong")),
         Errno::EACCES
     );
     assert_eq!(
-        refused(addr, hello(role::CLIENT, INSTANCE, b"")),
+        refused(addr, hello(Role::Client, INSTANCE, b"")),
         Errno::EACCES
     );
     assert_eq!(
-        refused(addr, hello(role::PEER, INSTANCE, b"wrong")),
+        refused(addr, hello(Role::Peer, INSTANCE, b"wrong")),
         Errno::EACCES
     );
     assert_eq!(
-        refused(addr, hello(role::CLIENT, 999, &capability())),
+        refused(addr, hello(Role::Client, 999, &capability())),
         Errno::ENOENT
     );
-    assert_eq!(refused(addr, hello(role::ADMIN, 0, SECRET)), Errno::EACCES);
+    assert_eq!(refused(addr, hello(Role::Admin, 0, SECRET)), Errno::EACCES);
     assert_eq!(refused(addr, hello(77, INSTANCE, SECRET)), Errno::EINVAL);
     let future = HelloReq {
         version_min: 2,
@@ -124,7 +139,7 @@ fn refusals() {
     // Accepted handshakes say where they landed.
     let conn = Conn::connect(
         &c.nodes[1].addr.to_string(),
-        &hello(role::PEER, INSTANCE, SECRET),
+        &hello(Role::Peer, INSTANCE, SECRET),
         Duration::from_secs(5),
     )
     .expect("peer session");
@@ -139,7 +154,7 @@ fn refusals() {
     let admin_key = admin_key(&c.nodes[0].root);
     let conn = Conn::connect(
         &addr.to_string(),
-        &hello(role::ADMIN, 0, &admin_key),
+        &hello(Role::Admin, 0, &admin_key),
         Duration::from_secs(5),
     )
     .expect("admin session");
@@ -151,27 +166,17 @@ fn clients_need_a_valid_capability() {
     let c = Cluster::start(2, 1 << 30, 1 << 20);
     let addr = c.nodes[0].addr;
     let later = unix_now() + 3600;
-    let client = |cred: &[u8]| hello(role::CLIENT, INSTANCE, cred);
+    let client = |cred: &[u8]| hello(Role::Client, INSTANCE, cred);
 
     // A second instance on the same server, with its own secret.
     c.nodes[0]
         .admin()
-        .call(&FragmentCreateReq {
-            instance: 5,
-            index: 0,
-            peers: vec![addr.to_string()],
-            capacity: 1 << 20,
-            credential: b"five".to_vec(),
-            stripe_size: 1 << 20,
-            root_uid: 0,
-            root_gid: 0,
-            root_mode: 0o755,
-        })
+        .call(&one_server_fragment(5, addr, b"five"))
         .unwrap();
     let five = mint_cap(b"five", 5, &[LOOPBACK], later);
     Conn::connect(
         &addr.to_string(),
-        &hello(role::CLIENT, 5, &five),
+        &hello(Role::Client, 5, &five),
         Duration::from_secs(5),
     )
     .expect("instance 5's capability opens instance 5");
@@ -226,7 +231,7 @@ fn clients_need_a_valid_capability() {
 
     // A capability is not the secret: peers cannot use one.
     assert_eq!(
-        refused(addr, hello(role::PEER, INSTANCE, &capability())),
+        refused(addr, hello(Role::Peer, INSTANCE, &capability())),
         Errno::EACCES
     );
     // A capability without addresses is good from anywhere; the harness's own is bound
@@ -276,17 +281,7 @@ fn ipv4_clients_of_a_dual_stack_server_match_their_ipv4_address() {
     let node = Node::start_on(dir.path().join("s0"), listener);
     let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, node.addr.port()));
     node.admin_at(v4)
-        .call(&FragmentCreateReq {
-            instance: INSTANCE,
-            index: 0,
-            peers: vec![v4.to_string()],
-            capacity: 1 << 20,
-            credential: SECRET.to_vec(),
-            stripe_size: 1 << 20,
-            root_uid: 0,
-            root_gid: 0,
-            root_mode: 0o755,
-        })
+        .call(&one_server_fragment(INSTANCE, v4, SECRET))
         .unwrap();
     let conn = Conn::connect(&v4.to_string(), &client_hello(), Duration::from_secs(5))
         .expect("a capability for 127.0.0.1 is good from ::ffff:127.0.0.1");
@@ -333,17 +328,7 @@ fn roles_are_kept_apart() {
 fn fragment_admin() {
     let c = Cluster::start(1, 1 << 30, 1 << 20);
     let admin = c.nodes[0].admin();
-    let req = FragmentCreateReq {
-        instance: 5,
-        index: 0,
-        peers: vec![c.nodes[0].addr.to_string()],
-        capacity: 1 << 20,
-        credential: b"five".to_vec(),
-        stripe_size: 1 << 20,
-        root_uid: 0,
-        root_gid: 0,
-        root_mode: 0o755,
-    };
+    let req = one_server_fragment(5, c.nodes[0].addr, b"five");
     admin.call(&req).unwrap();
     admin.call(&req).expect("the same create again is fine");
     let other = FragmentCreateReq {
@@ -360,7 +345,7 @@ fn fragment_admin() {
     assert_eq!(admin.call(&FragmentListReq {}).unwrap().fragments.len(), 2);
 
     let five_cap = mint_cap(b"five", 5, &[LOOPBACK], unix_now() + 3600);
-    let five = endpoint(c.nodes[0].addr, hello(role::CLIENT, 5, &five_cap));
+    let five = endpoint(c.nodes[0].addr, hello(Role::Client, 5, &five_cap));
     assert_eq!(
         five.call(&GetAttrReq { ino: root() }).unwrap().attr.mode,
         0o755
@@ -375,7 +360,7 @@ fn fragment_admin() {
         Errno::ESTALE
     );
     assert_eq!(
-        refused(c.nodes[0].addr, hello(role::CLIENT, 5, &five_cap)),
+        refused(c.nodes[0].addr, hello(Role::Client, 5, &five_cap)),
         Errno::ENOENT
     );
     assert!(!c.nodes[0].root.join("fragments/5").exists());

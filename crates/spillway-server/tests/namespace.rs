@@ -7,9 +7,9 @@ use common::*;
 use spillway_placement::dentry_server;
 use spillway_types::{Errno, FileKind, InodeNo};
 use spillway_wire::{
-    rename_flags, setattr, want, CreateReq, EntryRef, GetXattrReq, InsertEntryReq, LinkCountReq,
-    ListXattrReq, ReadDirReq, ReadLinkReq, RemoveEntryReq, RemoveXattrReq, RenameReq, SealDirReq,
-    SetAttrReq, SetXattrReq, StatFsReq, TouchDirReq, UnsealDirReq,
+    rename_flags, setattr, want, CreateReq, EntryRef, GetXattrReq, InsertEntryReq, ListXattrReq,
+    ReadDirReq, ReadLinkReq, RemoveEntryReq, RemoveXattrReq, RenameReq, SealDirReq, SetAttrReq,
+    SetXattrReq, StatFsReq, TouchDirReq, UnsealDirReq,
 };
 
 /// Two names in `dir` whose entries live on the same server (renames are per server).
@@ -267,18 +267,8 @@ fn attributes_links_symlinks_xattrs() {
 
     let target = b"/somewhere/else".to_vec();
     let req = CreateReq {
-        parent: root(),
-        name: b"link".to_vec(),
-        kind: FileKind::Symlink,
-        mode: 0o777,
-        uid: 1,
-        gid: 1,
-        rdev: 0,
         target: target.clone(),
-        stripe_size: 0,
-        stripe_width: 0,
-        open: false,
-        xattrs: Vec::new(),
+        ..CreateReq::new(root(), b"link", FileKind::Symlink, 0o777, 1, 1)
     };
     let s = c.call_entry(root(), b"link", &req).unwrap().attr;
     assert_eq!(s.size, target.len() as u64);
@@ -319,16 +309,7 @@ fn attributes_links_symlinks_xattrs() {
     };
     let a = home.call(&set).unwrap().attr;
     assert_eq!((a.mode, a.uid, a.gid), (0o600, 7, 100));
-    assert_eq!(
-        home.call(&LinkCountReq {
-            ino: f.ino,
-            delta: 1
-        })
-        .unwrap()
-        .attr
-        .nlink,
-        2
-    );
+    assert_eq!(link_count(home, f.ino, 1).unwrap().attr.nlink, 2);
 
     home.call(&SetXattrReq {
         ino: f.ino,

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use spillway_placement::dentry_server;
 use spillway_types::{FileKind, InodeNo};
-use spillway_wire::{GetXattrReq, LinkCountReq, RemoveEntryReq, SetXattrReq, StatFsReq};
+use spillway_wire::{GetXattrReq, RemoveEntryReq, SetXattrReq, StatFsReq};
 use std::time::Duration;
 
 const SS: u32 = 64 << 10;
@@ -127,12 +127,7 @@ fn purges_owed_to_a_down_server_complete_when_it_returns() {
             want: 0,
         })
         .unwrap();
-    c.at(0)
-        .call(&LinkCountReq {
-            ino: f.ino,
-            delta: -1,
-        })
-        .unwrap();
+    link_count(c.at(0), f.ino, -1).unwrap();
     assert!(
         eventually(Duration::from_secs(10), || c
             .stripes_on(0, f.ino)

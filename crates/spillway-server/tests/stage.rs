@@ -7,11 +7,11 @@ mod common;
 use common::{Cluster, INSTANCE};
 use spillway_types::{FileKind, Tunables, ROOT_INODE};
 use spillway_wire::{
-    file_state, stage_dir, stage_kind, stage_state, StageFileEvent, StagePair, StageProgressReq,
+    stage_kind, stage_state, FileState, StageDir, StageFileEvent, StagePair, StageProgressReq,
     StageStartReq,
 };
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ impl Outcome {
     fn failed(&self) -> Vec<(&str, i32)> {
         self.events
             .iter()
-            .filter(|e| e.state == file_state::FAILED)
+            .filter(|e| e.file_state() == Some(FileState::Failed))
             .map(|e| (e.path.as_str(), e.errno))
             .collect()
     }
@@ -38,11 +38,11 @@ impl Outcome {
 
 /// Run a stage to its end with the ticket the manager would sign for it (the pairs'
 /// paths, `uid`, `dir`), as the coordinator chosen by its id.
-fn stage(c: &Cluster, dir: u8, kind: u8, pairs: &[(&str, &str)], uid: u32) -> Outcome {
+fn stage(c: &Cluster, dir: StageDir, kind: u8, pairs: &[(&str, &str)], uid: u32) -> Outcome {
     let id = NEXT_STAGE.fetch_add(1, Ordering::SeqCst);
     let (pfs, inside): (Vec<&str>, Vec<&str>) = pairs
         .iter()
-        .map(|&(s, d)| if dir == stage_dir::IN { (s, d) } else { (d, s) })
+        .map(|&(s, d)| if dir == StageDir::In { (s, d) } else { (d, s) })
         .unzip();
     let ticket = common::ticket(id, uid, dir, &pfs, &inside);
     let admin = c.nodes[(id as usize) % c.nodes.len()].admin();
@@ -96,6 +96,23 @@ fn stage(c: &Cluster, dir: u8, kind: u8, pairs: &[(&str, &str)], uid: u32) -> Ou
     }
 }
 
+/// Run a stage as root that must complete.
+fn staged(c: &Cluster, dir: StageDir, kind: u8, pairs: &[(&str, &str)]) -> Outcome {
+    let o = stage(c, dir, kind, pairs, 0);
+    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    o
+}
+
+/// Stage the instance tree `/in` out, as root, into `back`, a new directory of the
+/// PFS; it must complete.
+fn tree_out(c: &Cluster) -> (Outcome, PathBuf) {
+    let back = c.pfs.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let to = back.to_str().unwrap();
+    let o = staged(c, StageDir::Out, stage_kind::DIRECTORY, &[("/in", to)]);
+    (o, back)
+}
+
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 9) as u8)
@@ -133,14 +150,12 @@ fn a_file_goes_in_and_out_with_its_bytes_mode_and_mtime() {
         .set_modified(mtime)
         .unwrap();
 
-    let o = stage(
+    let o = staged(
         &c,
-        stage_dir::IN,
+        StageDir::In,
         stage_kind::FILE,
         &[(src.to_str().unwrap(), "/input.bin")],
-        0,
     );
-    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
     assert_eq!((o.files_total, o.files_done), (1, 1));
     assert_eq!(o.bytes_done, data.len() as u64);
     let (attr, got) = instance_file(&c, "/input.bin");
@@ -151,14 +166,12 @@ fn a_file_goes_in_and_out_with_its_bytes_mode_and_mtime() {
     assert!(!c.stripes_on(0, attr.ino).is_empty() && !c.stripes_on(1, attr.ino).is_empty());
 
     let out = pfs.path().join("output.bin");
-    let o = stage(
+    staged(
         &c,
-        stage_dir::OUT,
+        StageDir::Out,
         stage_kind::FILE,
         &[("/input.bin", out.to_str().unwrap())],
-        0,
     );
-    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
     assert!(std::fs::read(&out).unwrap() == data);
     let m = std::fs::metadata(&out).unwrap();
     assert_eq!(m.mode() & 0o7777, 0o640);
@@ -166,14 +179,12 @@ fn a_file_goes_in_and_out_with_its_bytes_mode_and_mtime() {
 
     // Staging in again truncates and replaces.
     std::fs::write(&src, b"short").unwrap();
-    let o = stage(
+    staged(
         &c,
-        stage_dir::IN,
+        StageDir::In,
         stage_kind::FILE,
         &[(src.to_str().unwrap(), "/input.bin")],
-        0,
     );
-    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
     assert_eq!(instance_file(&c, "/input.bin").1, b"short");
 }
 
@@ -191,26 +202,22 @@ fn a_large_file_is_copied_with_several_ranges_in_flight() {
     let src = pfs.path().join("many-ranges.bin");
     let data = pattern((6 << 20) + 4321, 9);
     std::fs::write(&src, &data).unwrap();
-    let o = stage(
+    let o = staged(
         &c,
-        stage_dir::IN,
+        StageDir::In,
         stage_kind::FILE,
         &[(src.to_str().unwrap(), "/many-ranges.bin")],
-        0,
     );
-    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
     assert_eq!(o.bytes_done, data.len() as u64);
     assert!(instance_file(&c, "/many-ranges.bin").1 == data);
 
     let out = pfs.path().join("many-ranges.out");
-    let o = stage(
+    let o = staged(
         &c,
-        stage_dir::OUT,
+        StageDir::Out,
         stage_kind::FILE,
         &[("/many-ranges.bin", out.to_str().unwrap())],
-        0,
     );
-    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
     assert_eq!(o.bytes_done, data.len() as u64);
     assert!(std::fs::read(&out).unwrap() == data);
 }
@@ -237,14 +244,12 @@ fn a_tree_goes_in_and_out() {
     std::os::unix::fs::symlink("a/f1", src.join("link")).unwrap();
     c.create(ROOT_INODE, "in", FileKind::Directory).unwrap();
 
-    let o = stage(
+    let o = staged(
         &c,
-        stage_dir::IN,
+        StageDir::In,
         stage_kind::DIRECTORY,
         &[(src.to_str().unwrap(), "/in")],
-        0,
     );
-    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
     assert_eq!(o.files_total, 151, "150 files and a symlink");
     assert_eq!(o.files_done, 151);
     for (rel, data) in &files {
@@ -254,16 +259,7 @@ fn a_tree_goes_in_and_out() {
     assert_eq!(instance_file(&c, "/in/link").0.kind, FileKind::Symlink);
     assert_eq!(instance_file(&c, "/in/empty").0.kind, FileKind::Directory);
 
-    let back = pfs.path().join("back");
-    std::fs::create_dir(&back).unwrap();
-    let o = stage(
-        &c,
-        stage_dir::OUT,
-        stage_kind::DIRECTORY,
-        &[("/in", back.to_str().unwrap())],
-        0,
-    );
-    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    let (o, back) = tree_out(&c);
     assert_eq!(o.files_done, 151);
     for (rel, data) in &files {
         assert!(std::fs::read(back.join(rel)).unwrap() == *data, "{rel}");
@@ -288,38 +284,34 @@ fn a_tree_staged_to_a_missing_directory_makes_it() {
     std::fs::create_dir_all(src.join("sub")).unwrap();
     std::fs::write(src.join("sub/f"), pattern(70_000, 3)).unwrap();
     std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o750)).unwrap();
-    let o = stage(
+    staged(
         &c,
-        stage_dir::IN,
+        StageDir::In,
         stage_kind::DIRECTORY,
         &[(src.to_str().unwrap(), "/new")],
-        0,
     );
-    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
     assert_eq!(instance_file(&c, "/new").0.mode & 0o7777, 0o750);
     assert!(instance_file(&c, "/new/sub/f").1 == pattern(70_000, 3));
 
     let back = pfs.path().join("back");
-    let o = stage(
+    staged(
         &c,
-        stage_dir::OUT,
+        StageDir::Out,
         stage_kind::DIRECTORY,
         &[("/new", back.to_str().unwrap())],
-        0,
     );
-    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
     assert_eq!(std::fs::metadata(&back).unwrap().mode() & 0o7777, 0o750);
     assert!(std::fs::read(back.join("sub/f")).unwrap() == pattern(70_000, 3));
 
     // Only the last component is made.
     for (dir, from, to) in [
         (
-            stage_dir::IN,
+            StageDir::In,
             src.to_str().unwrap().to_string(),
             "/no/such".to_string(),
         ),
         (
-            stage_dir::OUT,
+            StageDir::Out,
             "/new".to_string(),
             pfs.path().join("no/such").display().to_string(),
         ),
@@ -346,7 +338,7 @@ fn a_list_goes_in_and_failures_name_their_files() {
     let p = |n: &str| pfs.path().join(n).display().to_string();
     let o = stage(
         &c,
-        stage_dir::IN,
+        StageDir::In,
         stage_kind::LIST,
         &[
             (&p("one"), "/one"),
@@ -394,7 +386,7 @@ fn a_source_that_is_not_a_regular_file_fails_naming_it() {
     let p = |n: &str| pfs.path().join(n).display().to_string();
     let o = stage(
         &c,
-        stage_dir::IN,
+        StageDir::In,
         stage_kind::LIST,
         &[
             (&p("plain"), "/plain"),
@@ -419,7 +411,7 @@ fn a_source_that_is_not_a_regular_file_fails_naming_it() {
 
     let o = stage(
         &c,
-        stage_dir::IN,
+        StageDir::In,
         stage_kind::FILE,
         &[(&p("adir"), "/adir-file")],
         0,
@@ -430,7 +422,7 @@ fn a_source_that_is_not_a_regular_file_fails_naming_it() {
     // Out onto a FIFO (nobody reading it) and onto a directory: each fails, none hangs.
     let o = stage(
         &c,
-        stage_dir::OUT,
+        StageDir::Out,
         stage_kind::LIST,
         &[("/plain", &p("afifo")), ("/plain", &p("adir"))],
         0,
@@ -459,7 +451,7 @@ fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
     // uid 1000 (mode 0755), so nobody may not create in it either.
     let o = stage(
         &c,
-        stage_dir::IN,
+        StageDir::In,
         stage_kind::LIST,
         &[
             (private.to_str().unwrap(), "/private"),
@@ -478,7 +470,7 @@ fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
     // root's directory (root's, 0755) is refused.
     let o = stage(
         &c,
-        stage_dir::IN,
+        StageDir::In,
         stage_kind::FILE,
         &[(open.to_str().unwrap(), "/open")],
         1000,
@@ -491,7 +483,7 @@ fn the_owner_cannot_stage_what_it_may_not_read_or_write() {
     assert_eq!(instance_file(&c, "/open").0.uid, 1000);
     let o = stage(
         &c,
-        stage_dir::OUT,
+        StageDir::Out,
         stage_kind::FILE,
         &[("/open", &pfs.path().join("copy").display().to_string())],
         1000,
@@ -512,18 +504,18 @@ fn clients_cannot_ask_for_stage_copies() {
             size: 5,
             from: 0,
             to: 5,
-            direction: stage_dir::IN,
+            direction: StageDir::In,
             pfs_path: "/etc/shadow".into(),
             pfs_ino: 0,
-            ticket: common::ticket(1, 0, stage_dir::IN, &["/etc"], &["/"]),
+            ticket: common::ticket(1, 0, StageDir::In, &["/etc"], &["/"]),
         })
         .unwrap_err();
     assert_eq!(e.0, libc::EPERM);
     let e = c
         .at(0)
         .call(&spillway_wire::StageFilesReq {
-            direction: stage_dir::IN,
-            ticket: common::ticket(1, 0, stage_dir::IN, &["/etc"], &["/"]),
+            direction: StageDir::In,
+            ticket: common::ticket(1, 0, StageDir::In, &["/etc"], &["/"]),
             files: vec![spillway_wire::StageFileSpec {
                 parent: ROOT_INODE,
                 name: b"shadow".to_vec(),
@@ -540,8 +532,8 @@ fn clients_cannot_ask_for_stage_copies() {
     let e = c
         .at(1)
         .call(&spillway_wire::StageSyncReq {
-            direction: stage_dir::OUT,
-            ticket: common::ticket(1, 0, stage_dir::OUT, &["/"], &["/"]),
+            direction: StageDir::Out,
+            ticket: common::ticket(1, 0, StageDir::Out, &["/"], &["/"]),
         })
         .unwrap_err();
     assert_eq!(e.0, libc::EPERM);
@@ -583,7 +575,7 @@ fn small_files_are_staged_by_the_server_holding_them() {
     let stage_in = |uid| {
         stage(
             &c,
-            stage_dir::IN,
+            StageDir::In,
             stage_kind::DIRECTORY,
             &[(src.to_str().unwrap(), "/in")],
             uid,
@@ -637,16 +629,7 @@ fn small_files_are_staged_by_the_server_holding_them() {
         }
     }
 
-    let back = pfs.path().join("back");
-    std::fs::create_dir(&back).unwrap();
-    let o = stage(
-        &c,
-        stage_dir::OUT,
-        stage_kind::DIRECTORY,
-        &[("/in", back.to_str().unwrap())],
-        0,
-    );
-    assert_eq!(o.state, stage_state::COMPLETE, "{}", o.error);
+    let (_, back) = tree_out(&c);
     for (rel, data) in &again {
         assert!(std::fs::read(back.join(rel)).unwrap() == *data, "{rel}");
         let (a, _) = instance_file(&c, &format!("/in/{rel}"));
@@ -689,12 +672,12 @@ fn a_server_stages_alone_only_what_is_its_own() {
         shown: format!("/{name}"),
     };
     let root = pfs.path().display().to_string();
-    let tin = common::ticket(1, 0, stage_dir::IN, &[&root], &["/"]);
-    let tout = common::ticket(2, 0, stage_dir::OUT, &[&root], &["/"]);
+    let tin = common::ticket(1, 0, StageDir::In, &[&root], &["/"]);
+    let tout = common::ticket(2, 0, StageDir::Out, &[&root], &["/"]);
     let r = c
         .peer(0)
         .call(&StageFilesReq {
-            direction: stage_dir::IN,
+            direction: StageDir::In,
             ticket: tin,
             files: vec![
                 spec(&names[0], p("small")),
@@ -736,29 +719,9 @@ fn a_server_stages_alone_only_what_is_its_own() {
         pfs_path: p("out"),
         ..spec("", String::new())
     };
-    let r = c
-        .peer(1)
-        .call(&StageFilesReq {
-            direction: stage_dir::OUT,
-            ticket: tout.clone(),
-            files: vec![out(a.ino)],
-        })
-        .unwrap();
-    assert_eq!(r.results[0].outcome, outcome::ELSEWHERE);
+    let x = common::stage_one(&c.peer(1), StageDir::Out, tout.clone(), out(a.ino));
+    assert_eq!(x.outcome, outcome::ELSEWHERE);
     assert!(!pfs.path().join("out").exists());
-    let r = c
-        .peer(0)
-        .call(&StageFilesReq {
-            direction: stage_dir::OUT,
-            ticket: tout,
-            files: vec![out(a.ino)],
-        })
-        .unwrap();
-    assert_eq!(
-        r.results[0].outcome,
-        outcome::DONE,
-        "{}",
-        r.results[0].message
-    );
+    common::stage_one_done(&c.peer(0), StageDir::Out, tout, out(a.ino));
     assert!(std::fs::read(pfs.path().join("out")).unwrap() == small);
 }

@@ -7,11 +7,11 @@
 
 mod common;
 
-use common::{ticket, ticket_for, Cluster, INSTANCE, SECRET};
+use common::{stage_one, stage_one_done, ticket, ticket_for, Cluster, INSTANCE, SECRET};
 use spillway_types::stage_ticket::StageTicket;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, ROOT_INODE};
 use spillway_wire::{
-    stage_dir, stage_file_outcome as outcome, stage_kind, StageFileSpec, StageFilesReq, StagePair,
+    stage_file_outcome as outcome, stage_kind, StageDir, StageFileSpec, StageFilesReq, StagePair,
     StageStartReq, StageStripesReq, StageSyncReq,
 };
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -53,12 +53,12 @@ fn unix_now() -> u64 {
     common::unix_now()
 }
 
-fn t(stage: u64, uid: u32, dir: u8, pfs: &[&str], expires: u64) -> StageTicket {
+fn t(stage: u64, uid: u32, dir: StageDir, pfs: &[&str], expires: u64) -> StageTicket {
     StageTicket {
         instance: INSTANCE,
         stage,
         uid,
-        direction: dir,
+        direction: dir.into(),
         expires,
         pfs_paths: pfs.iter().map(|p| p.to_string()).collect(),
         instance_paths: vec!["/".into()],
@@ -106,7 +106,7 @@ fn instance_file_on_0(c: &Cluster) -> Attr {
 
 /// The tickets a peer holding the secret could bring without the manager: none, one
 /// tagged with another secret, an expired one, one for another instance.
-fn bad_tickets(dir: u8, pfs: &[&str]) -> Vec<(&'static str, Vec<u8>)> {
+fn bad_tickets(dir: StageDir, pfs: &[&str]) -> Vec<(&'static str, Vec<u8>)> {
     let far = unix_now() + 3600;
     vec![
         ("no ticket", Vec::new()),
@@ -139,10 +139,10 @@ fn bad_tickets(dir: u8, pfs: &[&str]) -> Vec<(&'static str, Vec<u8>)> {
                 &t(
                     1,
                     0,
-                    if dir == stage_dir::IN {
-                        stage_dir::OUT
+                    if dir == StageDir::In {
+                        StageDir::Out
                     } else {
-                        stage_dir::IN
+                        StageDir::In
                     },
                     pfs,
                     far,
@@ -169,9 +169,9 @@ fn a_peer_without_a_valid_ticket_reads_and_writes_nothing() {
     let src_file = instance_file_on_0(&c);
     let peer = c.peer(0);
 
-    for dir in [stage_dir::IN, stage_dir::OUT] {
+    for dir in [StageDir::In, StageDir::Out] {
         for (why, tk) in bad_tickets(dir, &pfs) {
-            let files = if dir == stage_dir::IN {
+            let files = if dir == StageDir::In {
                 vec![
                     spec_in(&name, "/etc/shadow"),
                     spec_in(&name, &victim.s()),
@@ -244,10 +244,10 @@ fn a_valid_ticket_reaches_only_its_paths_under_the_servers_roots() {
     // Genuine tickets, but the request names what they do not cover: a path outside
     // the ticket's (as its uid), or a ticket as wide as "/" for root reaching outside
     // the server's own roots (/etc/shadow, a root-only file elsewhere).
-    let narrow_in = ticket(1, NOBODY, stage_dir::IN, &[&alice_s], &["/"]);
-    let wide_in = ticket(2, 0, stage_dir::IN, &["/"], &["/"]);
-    let narrow_out = ticket(3, NOBODY, stage_dir::OUT, &[&alice_s], &["/"]);
-    let wide_out = ticket(4, 0, stage_dir::OUT, &["/"], &["/"]);
+    let narrow_in = ticket(1, NOBODY, StageDir::In, &[&alice_s], &["/"]);
+    let wide_in = ticket(2, 0, StageDir::In, &["/"], &["/"]);
+    let narrow_out = ticket(3, NOBODY, StageDir::Out, &[&alice_s], &["/"]);
+    let wide_out = ticket(4, 0, StageDir::Out, &["/"], &["/"]);
     let climbing = format!("{alice_s}/../root-only");
     let cases_in = [
         (&narrow_in, inside.s()),
@@ -258,14 +258,7 @@ fn a_valid_ticket_reaches_only_its_paths_under_the_servers_roots() {
     ];
     for (i, (tk, src)) in cases_in.iter().enumerate() {
         let name = name_on_0(&format!("in{i}-"));
-        let r = peer
-            .call(&StageFilesReq {
-                direction: stage_dir::IN,
-                ticket: (*tk).clone(),
-                files: vec![spec_in(&name, src)],
-            })
-            .unwrap();
-        let x = &r.results[0];
+        let x = stage_one(&peer, StageDir::In, (*tk).clone(), spec_in(&name, src));
         assert_eq!(
             (x.outcome, x.errno),
             (outcome::FAILED, libc::EACCES),
@@ -284,14 +277,12 @@ fn a_valid_ticket_reaches_only_its_paths_under_the_servers_roots() {
         ),
     ];
     for (tk, dst) in &cases_out {
-        let r = peer
-            .call(&StageFilesReq {
-                direction: stage_dir::OUT,
-                ticket: (*tk).clone(),
-                files: vec![spec_out(&src_file, dst)],
-            })
-            .unwrap();
-        let x = &r.results[0];
+        let x = stage_one(
+            &peer,
+            StageDir::Out,
+            (*tk).clone(),
+            spec_out(&src_file, dst),
+        );
         assert_eq!(
             (x.outcome, x.errno),
             (outcome::FAILED, libc::EACCES),
@@ -308,7 +299,7 @@ fn a_valid_ticket_reaches_only_its_paths_under_the_servers_roots() {
             size: src_file.size,
             from: 0,
             to: src_file.size,
-            direction: stage_dir::OUT,
+            direction: StageDir::Out,
             pfs_path: victim.s(),
             pfs_ino: std::fs::metadata(&victim.path).unwrap().ino(),
             ticket: wide_out.clone(),
@@ -321,43 +312,21 @@ fn a_valid_ticket_reaches_only_its_paths_under_the_servers_roots() {
     // Within its paths the ticket works, as its uid: nobody reads alice's 0644 file
     // and writes into her 0777 directory, but not into the root-owned PFS root.
     let name = name_on_0("ok");
-    let r = peer
-        .call(&StageFilesReq {
-            direction: stage_dir::IN,
-            ticket: narrow_in,
-            files: vec![spec_in(&name, &format!("{alice_s}/data"))],
-        })
-        .unwrap();
-    assert_eq!(
-        r.results[0].outcome,
-        outcome::DONE,
-        "{}",
-        r.results[0].message
-    );
+    let data = format!("{alice_s}/data");
+    stage_one_done(&peer, StageDir::In, narrow_in, spec_in(&name, &data));
     let a = c.lookup(ROOT_INODE, &name).unwrap();
     let attr = c.getattr(a.entry.ino).unwrap();
     assert_eq!(attr.uid, NOBODY, "the stage ran as the ticket's uid");
     assert!(c.read(&attr, 0, attr.size).unwrap() == b"alice's data");
-    let r = peer
-        .call(&StageFilesReq {
-            direction: stage_dir::OUT,
-            ticket: narrow_out.clone(),
-            files: vec![spec_out(&src_file, &format!("{alice_s}/out"))],
-        })
-        .unwrap();
-    assert_eq!(
-        r.results[0].outcome,
-        outcome::DONE,
-        "{}",
-        r.results[0].message
-    );
+    let out = spec_out(&src_file, &format!("{alice_s}/out"));
+    stage_one_done(&peer, StageDir::Out, narrow_out.clone(), out);
     assert_eq!(
         std::fs::metadata(alice.join("out")).unwrap().uid(),
         NOBODY,
         "made as the ticket's uid"
     );
     peer.call(&StageSyncReq {
-        direction: stage_dir::OUT,
+        direction: StageDir::Out,
         ticket: narrow_out,
     })
     .unwrap();
@@ -375,7 +344,7 @@ fn stage_start_needs_the_stages_own_ticket_covering_its_pairs() {
         admin.call(&StageStartReq {
             stage,
             instance: INSTANCE,
-            direction: stage_dir::IN,
+            direction: StageDir::In,
             kind: stage_kind::FILE,
             pairs: vec![StagePair {
                 source: src.to_string(),
@@ -392,37 +361,37 @@ fn stage_start_needs_the_stages_own_ticket_covering_its_pairs() {
             "another stage's ticket",
             11,
             victim.s(),
-            ticket(99, 0, stage_dir::IN, &["/"], &["/"]),
+            ticket(99, 0, StageDir::In, &["/"], &["/"]),
         ),
         (
             "a ticket not covering the source",
             12,
             victim.s(),
-            ticket(12, 0, stage_dir::IN, &[&alice_s], &["/"]),
+            ticket(12, 0, StageDir::In, &[&alice_s], &["/"]),
         ),
         (
             "a ticket not covering the destination",
             13,
             victim.s(),
-            ticket(13, 0, stage_dir::IN, &["/"], &["/elsewhere"]),
+            ticket(13, 0, StageDir::In, &["/"], &["/elsewhere"]),
         ),
         (
             "a ticket for stage-out",
             14,
             victim.s(),
-            ticket(14, 0, stage_dir::OUT, &["/"], &["/"]),
+            ticket(14, 0, StageDir::Out, &["/"], &["/"]),
         ),
         (
             "an expired ticket",
             15,
             victim.s(),
-            ticket_for(SECRET, &t(15, 0, stage_dir::IN, &["/"], unix_now() - 1)),
+            ticket_for(SECRET, &t(15, 0, StageDir::In, &["/"], unix_now() - 1)),
         ),
         (
             "a forged ticket",
             16,
             victim.s(),
-            ticket_for(b"not the secret", &t(16, 0, stage_dir::IN, &["/"], far)),
+            ticket_for(b"not the secret", &t(16, 0, StageDir::In, &["/"], far)),
         ),
     ];
     for (why, stage, src, tk) in refused {
@@ -434,13 +403,13 @@ fn stage_start_needs_the_stages_own_ticket_covering_its_pairs() {
         .call(&StageStartReq {
             stage: 17,
             instance: INSTANCE,
-            direction: stage_dir::IN,
+            direction: StageDir::In,
             kind: stage_kind::FILE,
             pairs: vec![StagePair {
                 source: victim.s(),
                 destination: "/copy".into(),
             }],
-            ticket: ticket(17, 0, stage_dir::IN, &["/"], &["/"]),
+            ticket: ticket(17, 0, StageDir::In, &["/"], &["/"]),
             files_in_flight: 1,
         })
         .unwrap_err();

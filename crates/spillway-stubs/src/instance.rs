@@ -39,14 +39,21 @@ pub struct Instance {
 impl Instance {
     /// An instance whose credential stays the descriptor's.
     pub fn new(desc: InstanceDescriptor, tunables: &Tunables, peer_name: &str) -> Instance {
-        Self::build(desc, role::CLIENT, None, tunables, peer_name)
+        let credential = desc.credential_bytes();
+        Self::build(desc, Role::Client, &credential, None, tunables, peer_name)
     }
 
-    /// The instance as one of its own servers sees it: the descriptor's credential is
-    /// the instance secret and every connection is a peer's (the stage coordinator,
-    /// which checks the job owner's permissions itself).
-    pub fn peer(desc: InstanceDescriptor, tunables: &Tunables, peer_name: &str) -> Instance {
-        Self::build(desc, role::PEER, None, tunables, peer_name)
+    /// The instance as one of its own servers sees it: every connection is a peer's,
+    /// proved by the instance `secret` (bytes, as the fragment holds it; the
+    /// descriptor's own credential is not used), for the stage coordinator, which
+    /// checks the job owner's permissions itself.
+    pub fn peer(
+        desc: InstanceDescriptor,
+        secret: &[u8],
+        tunables: &Tunables,
+        peer_name: &str,
+    ) -> Instance {
+        Self::build(desc, Role::Peer, secret, None, tunables, peer_name)
     }
 
     /// An instance mounted from the descriptor file `origin`: before each connection
@@ -58,12 +65,21 @@ impl Instance {
         tunables: &Tunables,
         peer_name: &str,
     ) -> Instance {
-        Self::build(desc, role::CLIENT, Some(origin), tunables, peer_name)
+        let credential = desc.credential_bytes();
+        Self::build(
+            desc,
+            Role::Client,
+            &credential,
+            Some(origin),
+            tunables,
+            peer_name,
+        )
     }
 
     fn build(
         desc: InstanceDescriptor,
-        role: u8,
+        role: Role,
+        credential: &[u8],
         origin: Option<&Path>,
         tunables: &Tunables,
         peer_name: &str,
@@ -72,7 +88,7 @@ impl Instance {
             .servers
             .iter()
             .map(|addr| {
-                let hello = HelloReq::new(role, desc.instance, desc.credential_bytes(), peer_name);
+                let hello = HelloReq::new(role, desc.instance, credential.to_vec(), peer_name);
                 let ep = Endpoint::new(
                     addr.clone(),
                     hello,
@@ -81,7 +97,7 @@ impl Instance {
                 );
                 // A peer instance serves one stage, which fails as a whole when a
                 // server is gone: one reconnect window, not one per call.
-                let ep = if role == role::PEER {
+                let ep = if role == Role::Peer {
                     ep.giving_up_once_unreachable()
                 } else {
                     ep
@@ -201,9 +217,23 @@ impl Instance {
         Ok(self.dentry(parent, name)?.call(&req)?.replaced)
     }
 
-    /// Rename when both entries live on one server.
-    pub fn rename_local(&self, req: RenameReq) -> Result<RenameReply, Errno> {
-        self.dentry(req.old_parent, &req.old_name)?.call(&req)
+    /// Rename when both entries live on one server (`flags`: `rename_flags`).
+    pub fn rename_local(
+        &self,
+        old_parent: InodeNo,
+        old_name: &[u8],
+        new_parent: InodeNo,
+        new_name: &[u8],
+        flags: u32,
+    ) -> Result<RenameReply, Errno> {
+        let req = RenameReq {
+            old_parent,
+            old_name: old_name.to_vec(),
+            new_parent,
+            new_name: new_name.to_vec(),
+            flags,
+        };
+        self.dentry(old_parent, old_name)?.call(&req)
     }
 
     pub fn link_count(&self, ino: InodeNo, delta: i32) -> Result<Attr, Errno> {
@@ -388,14 +418,16 @@ impl Instance {
         Ok(self.home(ino)?.call(&ReadLinkReq { ino })?.value)
     }
 
+    /// `req` to every server at once; the replies in server order, or the first error
+    /// (the calls after it are dropped unanswered).
+    fn on_every_server<C: Call>(&self, req: &C) -> Result<Vec<C::Reply>, Errno> {
+        let calls: Vec<_> = self.servers.iter().map(|s| s.start(req, &[])).collect();
+        calls.into_iter().map(PendingCall::wait).collect()
+    }
+
     /// Per-server space: (capacity, used, inodes) of each fragment.
     pub fn statfs(&self) -> Result<Vec<StatFsReply>, Errno> {
-        let calls: Vec<_> = self
-            .servers
-            .iter()
-            .map(|s| s.start(&StatFsReq {}, &[]))
-            .collect();
-        calls.into_iter().map(PendingCall::wait).collect()
+        self.on_every_server(&StatFsReq {})
     }
 
     pub fn sync_meta(&self, ino: InodeNo) -> Result<(), Errno> {
@@ -453,70 +485,6 @@ impl Instance {
         Ok(out)
     }
 
-    /// Write runs of bytes (offset → data), split over stripes, every piece in flight
-    /// at once. With `sync`, each server fdatasyncs the file's dirty stripes before it
-    /// answers. Returns the servers written to.
-    pub fn write_runs(
-        &self,
-        layout: &Layout,
-        ino: InodeNo,
-        runs: &std::collections::BTreeMap<u64, Vec<u8>>,
-        sync: bool,
-    ) -> Result<Vec<ServerIndex>, Errno> {
-        let mut calls = Vec::new();
-        let mut touched = Vec::new();
-        for (&offset, data) in runs {
-            let mut pos = 0usize;
-            for (stripe, within, n) in layout.pieces(offset, data.len() as u64) {
-                let server = layout.server_of(stripe);
-                if !touched.contains(&server) {
-                    touched.push(server);
-                }
-                let chunk = &data[pos..pos + n as usize];
-                let req = WriteReq {
-                    ino,
-                    stripe: stripe.0,
-                    offset: within,
-                    sync,
-                    grant_epoch: 0,
-                    charged: 0,
-                };
-                calls.push((self.server(server)?.start(&req, chunk), n));
-                pos += n as usize;
-            }
-        }
-        let mut first_err = None;
-        for (call, n) in calls {
-            match call.wait() {
-                // Not charged to a grant: a full fragment stores only what fits.
-                Ok(r) if r.written < n => {
-                    first_err.get_or_insert(Errno::ENOSPC);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(touched),
-        }
-    }
-
-    /// Write one run of bytes at `offset` (no buffering, no sync).
-    pub fn write(
-        &self,
-        layout: &Layout,
-        ino: InodeNo,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<Vec<ServerIndex>, Errno> {
-        let mut runs = std::collections::BTreeMap::new();
-        runs.insert(offset, data.to_vec());
-        self.write_runs(layout, ino, &runs, false)
-    }
-
     /// fdatasync a file's dirty stripes on the given servers, started.
     pub fn start_sync_data(
         &self,
@@ -555,12 +523,7 @@ impl Instance {
 
     /// Every fragment's usage counters (libdatawarp's accounting), in server order.
     pub fn fragment_stats(&self) -> Result<Vec<FragmentStatsReply>, Errno> {
-        let calls: Vec<_> = self
-            .servers
-            .iter()
-            .map(|s| s.start(&FragmentStatsReq {}, &[]))
-            .collect();
-        calls.into_iter().map(PendingCall::wait).collect()
+        self.on_every_server(&FragmentStatsReq {})
     }
 }
 

@@ -3,9 +3,17 @@
 //! placement functions name. Used by the FUSE client (`spillway-client`) and by the
 //! storage servers' stage coordinator, which walks and fills an instance's namespace as
 //! a peer.
+//!
+//! * `instance` — the servers, placement helpers and the metadata and read stubs;
+//! * `write`    — the write stubs (a piece waited for, a piece in flight owning its
+//!   bytes for write-behind, a write-through run) and grant release;
+//! * `sparse`   — fallocate and SEEK_DATA/SEEK_HOLE over the servers of a range;
+//! * `locks`    — byte-range and flock locks at the inodes' homes.
 
 pub mod instance;
 pub mod locks;
 pub mod sparse;
+pub mod write;
 
 pub use instance::Instance;
+pub use write::{Charge, PendingWrite};

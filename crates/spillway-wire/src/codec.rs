@@ -247,6 +247,23 @@ impl ListItem for String {}
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Bulk(pub Vec<u8>);
 
+/// Bulk data received in a request frame: the frame body and where the data starts.
+/// The receiving twin of `Bulk`: it keeps the whole body so that the data is handed
+/// on without a copy. Lives here, with the encodings, rather than with the connection
+/// (`conn.rs`), because it is what `messages::Request::decode` yields and the calling
+/// side never needs it; that keeps `conn.rs → messages.rs` one-way.
+#[derive(Debug)]
+pub struct BulkBody {
+    pub body: Vec<u8>,
+    pub start: usize,
+}
+
+impl BulkBody {
+    pub fn data(&self) -> &[u8] {
+        &self.body[self.start..]
+    }
+}
+
 impl Wire for InodeNo {
     fn enc(&self, e: &mut Enc) {
         e.u64(self.0)

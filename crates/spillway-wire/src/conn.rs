@@ -16,19 +16,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-/// Bulk data received in a request frame: the frame body and where the data starts.
-#[derive(Debug)]
-pub struct BulkBody {
-    pub body: Vec<u8>,
-    pub start: usize,
-}
-
-impl BulkBody {
-    pub fn data(&self) -> &[u8] {
-        &self.body[self.start..]
-    }
-}
-
 /// Why a call failed, as far as retrying goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallError {

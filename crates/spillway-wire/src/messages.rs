@@ -21,15 +21,52 @@ pub trait Call: Wire {
     fn decode_reply(body: Vec<u8>) -> Result<Self::Reply, WireError>;
 }
 
-/// Roles a connection may take in `Hello`.
-pub mod role {
-    /// A FUSE client (or libdatawarp through it) of one instance.
-    pub const CLIENT: u8 = 1;
-    /// Another server of the same instance (purges, truncates).
-    pub const PEER: u8 = 2;
-    /// The manager or `spillway cluster`: fragment administration.
-    pub const ADMIN: u8 = 3;
+/// Declare a one-byte enumeration of the wire: a `#[repr(u8)]` enum, its byte
+/// (`u8::from`), a checked `from_u8`, and a `Wire` encoding whose decode refuses any
+/// other byte with the codec's error (`WireError::Invalid`), so an undecodable request
+/// is answered EPROTO like any other.
+macro_rules! wire_enum {
+    ($(#[$m:meta])* $name:ident $what:literal { $($(#[$vm:meta])* $v:ident = $n:literal),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum $name { $($(#[$vm])* $v = $n),* }
+        impl $name {
+            /// The value of byte `b`, if it is one.
+            pub fn from_u8(b: u8) -> Option<$name> {
+                match b {
+                    $( $n => Some($name::$v), )*
+                    _ => None,
+                }
+            }
+        }
+        impl From<$name> for u8 {
+            fn from(v: $name) -> u8 {
+                v as u8
+            }
+        }
+        impl Wire for $name {
+            fn enc(&self, e: &mut crate::codec::Enc) {
+                e.u8(u8::from(*self))
+            }
+            fn dec(d: &mut Dec<'_>) -> Result<Self, WireError> {
+                $name::from_u8(d.u8()?).ok_or(WireError::Invalid($what))
+            }
+        }
+    };
 }
+
+wire_enum!(
+    /// Roles a connection may take in `Hello` (`HelloReq::role`).
+    Role "role" {
+        /// A FUSE client (or libdatawarp through it) of one instance.
+        Client = 1,
+        /// Another server of the same instance (purges, truncates, stage copies).
+        Peer = 2,
+        /// The manager or `spillway cluster`: fragment administration.
+        Admin = 3,
+    }
+);
 
 /// `SetAttrReq::valid` bits.
 pub mod setattr {
@@ -82,6 +119,9 @@ wire_struct!(
 wire_struct!(HelloReq {
     version_min: u16,
     version_max: u16,
+    /// A `Role`, kept as its byte: an unknown role is the server's to refuse (EINVAL,
+    /// docs/wire-protocol.md), not an undecodable hello (EPROTO). Read it with
+    /// `role()`.
     role: u8,
     instance: u64,
     credential: Vec<u8>,
@@ -91,15 +131,25 @@ wire_struct!(HelloReq {
 impl HelloReq {
     /// The one way to say hello: this build's protocol version as both ends of the
     /// range, so every client, peer and admin connection offers the same versions.
-    pub fn new(role: u8, instance: u64, credential: Vec<u8>, peer_name: impl Into<String>) -> Self {
+    pub fn new(
+        role: Role,
+        instance: u64,
+        credential: Vec<u8>,
+        peer_name: impl Into<String>,
+    ) -> Self {
         HelloReq {
             version_min: crate::PROTOCOL_VERSION,
             version_max: crate::PROTOCOL_VERSION,
-            role,
+            role: role.into(),
             instance,
             credential,
             peer_name: peer_name.into(),
         }
+    }
+
+    /// The role asked for; `None` for a byte this build does not know.
+    pub fn role(&self) -> Option<Role> {
+        Role::from_u8(self.role)
     }
 }
 wire_struct!(HelloReply {
@@ -207,6 +257,34 @@ wire_struct!(CreateReq {
     /// POSIX ACLs it inherits from its directory's default ACL (docs/data-plane.md).
     xattrs: Vec<Xattr>,
 });
+impl CreateReq {
+    /// A create of `name` in `parent` owned by `uid`:`gid` with `mode`, and nothing
+    /// else: no device, no symlink target, the default stripe geometry, not opened, no
+    /// extended attributes. Callers set the rest with `CreateReq { .., ..new(..) }`.
+    pub fn new(
+        parent: InodeNo,
+        name: impl Into<Vec<u8>>,
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> CreateReq {
+        CreateReq {
+            parent,
+            name: name.into(),
+            kind,
+            mode,
+            uid,
+            gid,
+            rdev: 0,
+            target: Vec::new(),
+            stripe_size: 0,
+            stripe_width: 0,
+            open: false,
+            xattrs: Vec::new(),
+        }
+    }
+}
 wire_struct!(
     /// One extended attribute (name, value).
     Xattr {
@@ -458,13 +536,16 @@ wire_struct!(
 );
 
 // ---- staging (docs/staging.md) ------------------------------------------------------
-/// Which way a stage copies.
-pub mod stage_dir {
-    /// PFS → instance.
-    pub const IN: u8 = 0;
-    /// Instance → PFS.
-    pub const OUT: u8 = 1;
-}
+wire_enum!(
+    /// Which way a stage copies (`direction` of the stage requests): the same bytes as
+    /// a stage ticket's direction (`spillway_types::stage_ticket::DIRECTION_IN`, `_OUT`).
+    StageDir "stage direction" {
+        /// PFS → instance.
+        In = 0,
+        /// Instance → PFS.
+        Out = 1,
+    }
+);
 /// What a stage names: one file, a directory tree, or a list of file pairs.
 pub mod stage_kind {
     pub const FILE: u8 = 0;
@@ -481,14 +562,16 @@ pub mod stage_state {
     pub const FAILED: u8 = 3;
     pub const TERMINATED: u8 = 4;
 }
-/// One file of a stage.
-pub mod file_state {
-    /// Found by the enumeration, not copied yet.
-    pub const PENDING: u8 = 0;
-    /// Copied, byte count checked, destination fsynced.
-    pub const COMPLETE: u8 = 1;
-    pub const FAILED: u8 = 2;
-}
+wire_enum!(
+    /// One file of a stage (`StageFileEvent::state`).
+    FileState "file state" {
+        /// Found by the enumeration, not copied yet.
+        Pending = 0,
+        /// Copied, byte count checked, destination fsynced.
+        Complete = 1,
+        Failed = 2,
+    }
+);
 wire_struct!(StagePair {
     source: String,
     destination: String
@@ -502,7 +585,7 @@ wire_struct!(
     StageStartReq {
         stage: u64,
         instance: u64,
-        direction: u8,
+        direction: StageDir,
         kind: u8,
         /// One pair for file and directory stages, any number for lists.
         pairs: Vec<StagePair>,
@@ -521,13 +604,32 @@ wire_struct!(
 wire_struct!(StageFileEvent {
     /// The file's path inside the instance.
     path: String,
-    /// `file_state`.
+    /// A `FileState`, kept as its byte: the manager reads one it does not know (a
+    /// newer server's) as pending rather than refuse the whole progress reply. Read it
+    /// with `file_state()`.
     state: u8,
     /// Positive errno of a failed file (0 otherwise).
     errno: i32,
     message: String,
     bytes: u64,
 });
+impl StageFileEvent {
+    /// The event of file `path` reaching `state`.
+    pub fn new(path: String, state: FileState, errno: i32, message: String, bytes: u64) -> Self {
+        StageFileEvent {
+            path,
+            state: state.into(),
+            errno,
+            message,
+            bytes,
+        }
+    }
+
+    /// The file's state; `None` for a byte this build does not know.
+    pub fn file_state(&self) -> Option<FileState> {
+        FileState::from_u8(self.state)
+    }
+}
 wire_struct!(StageProgressReply {
     /// `stage_state`.
     state: u8,
@@ -569,7 +671,7 @@ wire_struct!(
         /// requests, so a stage can be stopped between them and no call runs long).
         from: u64,
         to: u64,
-        direction: u8,
+        direction: StageDir,
         pfs_path: String,
         pfs_ino: u64,
         /// The stage's ticket, as the manager gave it to the coordinator.
@@ -582,7 +684,7 @@ wire_struct!(
     /// `syncfs` of each of this server's PFS roots). The coordinator sends it to every
     /// server of the instance before it counts a group of files complete (group
     /// commit).
-    StageSyncReq { direction: u8, ticket: Vec<u8> }
+    StageSyncReq { direction: StageDir, ticket: Vec<u8> }
 );
 /// What became of one file of a `StageFilesReq`.
 pub mod stage_file_outcome {
@@ -629,7 +731,7 @@ wire_struct!(
     /// the PFS file (created or truncated, mode and times kept). One result per file,
     /// in order. Durability comes from `StageSyncReq`, as for `StageStripesReq`.
     StageFilesReq {
-        direction: u8,
+        direction: StageDir,
         /// The stage's ticket, as the manager gave it to the coordinator.
         ticket: Vec<u8>,
         files: Vec<StageFileSpec>,
@@ -661,7 +763,7 @@ macro_rules! calls {
         #[derive(Debug)]
         pub enum Request {
             $( $req($req), )*
-            Write(WriteReq, crate::conn::BulkBody),
+            Write(WriteReq, crate::codec::BulkBody),
             Read(ReadReq),
         }
 
@@ -675,7 +777,7 @@ macro_rules! calls {
                         let mut d = Dec::new(&body);
                         let req = WriteReq::dec(&mut d)?;
                         let start = d.position();
-                        Ok(Request::Write(req, crate::conn::BulkBody { body, start }))
+                        Ok(Request::Write(req, crate::codec::BulkBody { body, start }))
                     }
                     OP_READ => Ok(Request::Read(ReadReq::from_bytes(&body)?)),
                     _ => Err(WireError::Invalid("unknown opcode")),
@@ -809,6 +911,54 @@ mod tests {
             }
             other => panic!("decoded as {other:?}"),
         }
+    }
+
+    #[test]
+    fn wire_enums_keep_their_bytes() {
+        assert_eq!(Role::Client.to_bytes(), [1]);
+        assert_eq!(Role::Peer.to_bytes(), [2]);
+        assert_eq!(Role::Admin.to_bytes(), [3]);
+        assert_eq!(StageDir::In.to_bytes(), [0]);
+        assert_eq!(StageDir::Out.to_bytes(), [1]);
+        assert_eq!(FileState::Pending.to_bytes(), [0]);
+        assert_eq!(FileState::Complete.to_bytes(), [1]);
+        assert_eq!(FileState::Failed.to_bytes(), [2]);
+        // Every other byte is refused by the checked decode.
+        for b in 0..=u8::MAX {
+            let known = |r: Result<u8, WireError>| r.ok();
+            let dir = StageDir::from_bytes(&[b]).map(u8::from);
+            assert_eq!(known(dir), (b <= 1).then_some(b));
+            let role = Role::from_bytes(&[b]).map(u8::from);
+            assert_eq!(known(role), (1..=3).contains(&b).then_some(b));
+            let state = FileState::from_bytes(&[b]).map(u8::from);
+            assert_eq!(known(state), (b <= 2).then_some(b));
+        }
+    }
+
+    #[test]
+    fn an_unknown_direction_does_not_decode_an_unknown_role_or_file_state_does() {
+        // A stage request with a direction no build sends is undecodable (EPROTO).
+        let mut body = StageSyncReq {
+            direction: StageDir::Out,
+            ticket: Vec::new(),
+        }
+        .to_bytes();
+        body[0] = 2;
+        assert_eq!(
+            Request::decode(StageSyncReq::OP, body).unwrap_err(),
+            WireError::Invalid("stage direction")
+        );
+        // The server refuses an unknown role itself (EINVAL), so the hello decodes.
+        let mut hello = HelloReq::new(Role::Client, 5, b"c".to_vec(), "t");
+        hello.role = 77;
+        let back = HelloReq::from_bytes(&hello.to_bytes()).unwrap();
+        assert_eq!((back.role, back.role()), (77, None));
+        // The manager reads a file state it does not know as pending.
+        let mut ev = StageFileEvent::new("/a".into(), FileState::Failed, 5, "m".into(), 0);
+        assert_eq!(ev.file_state(), Some(FileState::Failed));
+        ev.state = 9;
+        let back = StageFileEvent::from_bytes(&ev.to_bytes()).unwrap();
+        assert_eq!(back.file_state(), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::{SpillwayFs, R};
 use spillway_placement::Layout;
 use spillway_stubs::sparse::servers_in_range;
 use spillway_types::{Attr, Errno, InodeNo};
-use spillway_wire::messages::{falloc_mode, setattr, GrantReleaseReq, SetAttrReq};
+use spillway_wire::messages::{falloc_mode, setattr, SetAttrReq};
 
 /// fallocate(2) mode bits (linux/falloc.h).
 const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
@@ -48,8 +48,7 @@ impl SpillwayFs {
             let Some((grant_epoch, bytes)) = self.grants.charge_upto(server, u64::MAX) else {
                 continue;
             };
-            let req = GrantReleaseReq { grant_epoch, bytes };
-            if let Err(e) = self.inst.server(server).and_then(|ep| ep.call(&req)) {
+            if let Err(e) = self.inst.release_grant(server, grant_epoch, bytes) {
                 // The server takes it back when the connection goes anyway.
                 tracing::debug!(%server, "returning a grant before fallocate: {e}");
             }
@@ -102,8 +101,14 @@ impl SpillwayFs {
         Ok(attr)
     }
 
-    /// lseek with SEEK_DATA (`hole` false) or SEEK_HOLE from `offset`.
-    pub(super) fn do_lseek(&self, i: InodeNo, offset: i64, hole: bool) -> R<i64> {
+    /// lseek with SEEK_DATA or SEEK_HOLE from `offset`.
+    pub(super) fn do_lseek(&self, i: InodeNo, offset: i64, whence: i32) -> R<i64> {
+        // The kernel sends only these two; SEEK_SET/CUR/END it answers itself.
+        let hole = match whence {
+            libc::SEEK_DATA => false,
+            libc::SEEK_HOLE => true,
+            _ => return Err(Errno::EINVAL),
+        };
         let offset = u64::try_from(offset).map_err(|_| Errno(libc::ENXIO))?;
         self.push_writes(i)?;
         let attr = self.inst.getattr(i)?;

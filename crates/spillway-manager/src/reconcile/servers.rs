@@ -6,7 +6,7 @@
 use crate::db::{CallError, ConfigWork, FragmentWork};
 use spillway_types::{Errno, Timespec, ROOT_INODE};
 use spillway_wire::{
-    role, setattr, Endpoint, FragmentCreateReq, FragmentDestroyReq, HelloReq, ServerStatusReq,
+    setattr, Endpoint, FragmentCreateReq, FragmentDestroyReq, HelloReq, Role, ServerStatusReq,
     SetAttrReq,
 };
 use std::sync::Arc;
@@ -44,7 +44,7 @@ pub struct Servers {
     pub deadline: Duration,
 }
 
-pub(crate) fn hello(role: u8, instance: u64, credential: Vec<u8>) -> HelloReq {
+pub(crate) fn hello(role: Role, instance: u64, credential: Vec<u8>) -> HelloReq {
     HelloReq::new(role, instance, credential, "spillway-manager")
 }
 
@@ -63,7 +63,7 @@ impl Servers {
         // No reconnect window: a refused connection is an answer (the server is down).
         Ok(Endpoint::new(
             address.to_string(),
-            hello(role::ADMIN, 0, cred),
+            hello(Role::Admin, 0, cred),
             self.deadline,
             Duration::ZERO,
         ))
@@ -79,7 +79,7 @@ impl Servers {
             (self.admin)().map_err(|e| ProbeError::Local(format!("no admin credential: {e}")))?;
         let ep = Endpoint::new(
             address.to_string(),
-            hello(role::ADMIN, 0, cred),
+            hello(Role::Admin, 0, cred),
             self.deadline,
             Duration::ZERO,
         );
@@ -135,7 +135,7 @@ impl Servers {
             .ok_or_else(|| CallError::Refused("instance has no fragments".into()))?;
         let ep = Endpoint::new(
             home.clone(),
-            hello(role::PEER, w.instance, w.secret.clone()),
+            hello(Role::Peer, w.instance, w.secret.clone()),
             self.deadline,
             Duration::ZERO,
         );

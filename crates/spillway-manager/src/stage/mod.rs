@@ -29,8 +29,8 @@ use spillway_types::peer::Throttle;
 use spillway_types::stage_ticket::{self, StageTicket};
 use spillway_types::Errno;
 use spillway_wire::{
-    file_state, role, stage_dir, stage_kind, stage_state, Endpoint, StageCancelReq, StageForgetReq,
-    StagePair, StageProgressReq, StageStartReq,
+    stage_kind, stage_state, Endpoint, FileState as WireFileState, Role, StageCancelReq, StageDir,
+    StageForgetReq, StagePair, StageProgressReq, StageStartReq,
 };
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -221,7 +221,7 @@ impl Stager {
     /// direction and paths, valid for `TICKET_LIFETIME`, signed with its instance's
     /// secret. Signed at every start (nothing to store: a stage started again after a
     /// refusal gets a fresh one).
-    fn ticket(&self, w: &StartWork, direction: u8) -> Result<Vec<u8>, Errno> {
+    fn ticket(&self, w: &StartWork, direction: StageDir) -> Result<Vec<u8>, Errno> {
         let secret: Vec<u8> = lock(&self.db)
             .conn()
             .query_row(
@@ -237,7 +237,7 @@ impl Stager {
             .pairs
             .iter()
             .map(|p| {
-                if direction == stage_dir::IN {
+                if direction == StageDir::In {
                     (p.source.as_str(), p.destination.as_str())
                 } else {
                     (p.destination.as_str(), p.source.as_str())
@@ -252,7 +252,8 @@ impl Stager {
             instance: w.instance,
             stage: w.stage,
             uid: w.uid,
-            direction,
+            // The ticket's direction bytes are the wire's (stage_ticket::DIRECTION_IN).
+            direction: direction.into(),
             expires: now.saturating_add(TICKET_LIFETIME.as_secs()),
             pfs_paths: stage_ticket::cover(pfs),
             instance_paths: stage_ticket::cover(inside),
@@ -274,8 +275,8 @@ impl Stager {
             .admin_endpoint(&w.address)
             .map_err(|_| Errno::EIO)?;
         let direction = match w.direction {
-            StageDirection::In => stage_dir::IN,
-            StageDirection::Out => stage_dir::OUT,
+            StageDirection::In => StageDir::In,
+            StageDirection::Out => StageDir::Out,
         };
         let ticket = self.ticket(w, direction)?;
         let req = StageStartReq {
@@ -387,7 +388,7 @@ impl Stager {
         };
         let ep = Endpoint::new(
             address,
-            hello(role::ADMIN, 0, first),
+            hello(Role::Admin, 0, first),
             self.servers
                 .deadline
                 .max(Duration::from_millis(PROGRESS_WAIT_MS as u64 + 5000)),
@@ -501,10 +502,12 @@ impl Stager {
                     .iter()
                     .map(|e| FileEvent {
                         path: e.path.clone(),
-                        state: match e.state {
-                            file_state::COMPLETE => FileState::Complete,
-                            file_state::FAILED => FileState::Failed,
-                            _ => FileState::Pending,
+                        // A state this build does not know (a newer server's) reads
+                        // as pending, as before the state was typed.
+                        state: match e.file_state() {
+                            Some(WireFileState::Complete) => FileState::Complete,
+                            Some(WireFileState::Failed) => FileState::Failed,
+                            Some(WireFileState::Pending) | None => FileState::Pending,
                         },
                         errno: e.errno,
                         message: e.message.clone(),

@@ -16,6 +16,7 @@ mod sparse;
 
 pub use allocs::Changed;
 pub use grants::{GrantAccount, GrantLimits};
+pub use sparse::Span;
 
 use crate::error::{fs, StoreError, StoreResult};
 use fdcache::FdCache;

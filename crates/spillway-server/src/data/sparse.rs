@@ -56,35 +56,47 @@ fn seek(f: &File, offset: u64, whence: libc::c_int) -> std::io::Result<Option<u6
     }
 }
 
+/// What a sparse operation works on: the byte range `[offset, offset+len)` of file
+/// `ino`, on the stripes that server `me` holds under `layout`.
+#[derive(Clone, Copy)]
+pub struct Span<'a> {
+    pub ino: InodeNo,
+    pub layout: &'a Layout,
+    pub me: ServerIndex,
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl Span<'_> {
+    /// The pieces of the range on `me`'s stripes: (stripe, offset in it, length).
+    fn pieces(&self) -> impl Iterator<Item = (u64, u32, u32)> + '_ {
+        server_pieces(self.layout, self.me, self.offset, self.len)
+    }
+}
+
 impl DataStore {
-    /// fallocate `[offset, offset+len)` of the file on the stripes this server (`me`)
-    /// holds. `check`: only say whether the space needed here is free.
-    #[allow(clippy::too_many_arguments)]
-    pub fn fallocate(
-        &self,
-        ino: InodeNo,
-        layout: &Layout,
-        me: ServerIndex,
-        offset: u64,
-        len: u64,
-        mode: u8,
-        check: bool,
-    ) -> StoreResult<()> {
-        if len == 0 {
+    /// fallocate the span on the stripes this server holds. `check`: only say whether
+    /// the space needed here is free.
+    pub fn fallocate(&self, span: &Span<'_>, mode: u8, check: bool) -> StoreResult<()> {
+        if span.len == 0 {
             return Err(fs(Errno::EINVAL));
         }
-        if offset.checked_add(len).is_none_or(|e| e > i64::MAX as u64) {
+        if span
+            .offset
+            .checked_add(span.len)
+            .is_none_or(|e| e > i64::MAX as u64)
+        {
             return Err(fs(Errno::EFBIG));
         }
         match mode {
             falloc_mode::PUNCH if check => Ok(()),
-            falloc_mode::PUNCH => self.punch(ino, layout, offset, len),
+            falloc_mode::PUNCH => self.punch(span),
             falloc_mode::ALLOCATE | falloc_mode::ZERO => {
-                self.check_room(ino, layout, me, offset, len)?;
+                self.check_room(span)?;
                 if check {
                     return Ok(());
                 }
-                self.allocate(ino, layout, me, offset, len, mode == falloc_mode::ZERO)
+                self.allocate(span, mode == falloc_mode::ZERO)
             }
             _ => Err(fs(Errno::EINVAL)),
         }
@@ -92,21 +104,14 @@ impl DataStore {
 
     /// ENOSPC unless the stripes' growth fits in the free capacity (stops counting as
     /// soon as it does not: a 1 TiB request is refused without walking 1 TiB).
-    fn check_room(
-        &self,
-        ino: InodeNo,
-        layout: &Layout,
-        me: ServerIndex,
-        offset: u64,
-        len: u64,
-    ) -> StoreResult<()> {
+    fn check_room(&self, span: &Span<'_>) -> StoreResult<()> {
         let map = self.map();
         // What is neither stored nor promised to a connection (grants, index.rs).
         let free = map.unpromised(self.capacity);
         let mut growth = 0u64;
-        for (k, within, n) in server_pieces(layout, me, offset, len) {
+        for (k, within, n) in span.pieces() {
             let end = u64::from(within) + u64::from(n);
-            growth += end.saturating_sub(map.len(ino, k).unwrap_or(0));
+            growth += end.saturating_sub(map.len(span.ino, k).unwrap_or(0));
             if growth > free {
                 return Err(fs(Errno::ENOSPC));
             }
@@ -114,18 +119,11 @@ impl DataStore {
         Ok(())
     }
 
-    fn allocate(
-        &self,
-        ino: InodeNo,
-        layout: &Layout,
-        me: ServerIndex,
-        offset: u64,
-        len: u64,
-        zero: bool,
-    ) -> StoreResult<()> {
+    fn allocate(&self, span: &Span<'_>, zero: bool) -> StoreResult<()> {
+        let ino = span.ino;
         let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
         let result = (|| {
-            for (k, within, n) in server_pieces(layout, me, offset, len) {
+            for (k, within, n) in span.pieces() {
                 let (within, n) = (u64::from(within), u64::from(n));
                 self.map()
                     .reserve(ino, k, within + n, self.capacity)
@@ -158,12 +156,13 @@ impl DataStore {
         result
     }
 
-    /// Deallocate `[offset, offset+len)` on the stripes stored here: whole stripes are
-    /// deleted, stripes punched to their end shortened (both free capacity), holes
-    /// inside a stripe punched in its file.
-    fn punch(&self, ino: InodeNo, layout: &Layout, offset: u64, len: u64) -> StoreResult<()> {
-        let ss = u64::from(layout.stripe_size);
-        let end = offset + len;
+    /// Deallocate the span on the stripes stored here: whole stripes are deleted,
+    /// stripes punched to their end shortened (both free capacity), holes inside a
+    /// stripe punched in its file.
+    fn punch(&self, span: &Span<'_>) -> StoreResult<()> {
+        let (ino, offset) = (span.ino, span.offset);
+        let ss = u64::from(span.layout.stripe_size);
+        let end = offset + span.len;
         let _g = self.lock_of(ino).write().unwrap_or_else(|e| e.into_inner());
         let stored = self.map().stripes(ino);
         let result = (|| {
@@ -197,25 +196,18 @@ impl DataStore {
     }
 
     /// SEEK_DATA (`hole` false) or SEEK_HOLE over this server's stripes of the file:
-    /// the first such offset in `[offset, end)`. A stripe of this server that is not
-    /// stored, or the part of a stripe past its stored length, is a hole.
-    #[allow(clippy::too_many_arguments)]
-    pub fn seek(
-        &self,
-        ino: InodeNo,
-        layout: &Layout,
-        me: ServerIndex,
-        offset: u64,
-        end: u64,
-        hole: bool,
-    ) -> StoreResult<Option<u64>> {
-        if offset >= end {
+    /// the first such offset in the span. A stripe of this server that is not stored,
+    /// or the part of a stripe past its stored length, is a hole.
+    pub fn seek(&self, span: &Span<'_>, hole: bool) -> StoreResult<Option<u64>> {
+        if span.len == 0 {
             return Ok(None);
         }
-        let ss = u64::from(layout.stripe_size);
+        let (ino, offset) = (span.ino, span.offset);
+        let end = offset.saturating_add(span.len);
+        let ss = u64::from(span.layout.stripe_size);
         let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
         let found = if hole {
-            self.seek_hole(ino, layout, me, offset, end)?
+            self.seek_hole(span)?
         } else {
             let stored: Vec<(u64, u64)> = self
                 .map()
@@ -244,18 +236,11 @@ impl DataStore {
         Ok(found.filter(|&p| p < end))
     }
 
-    fn seek_hole(
-        &self,
-        ino: InodeNo,
-        layout: &Layout,
-        me: ServerIndex,
-        offset: u64,
-        end: u64,
-    ) -> StoreResult<Option<u64>> {
-        let ss = u64::from(layout.stripe_size);
+    fn seek_hole(&self, span: &Span<'_>) -> StoreResult<Option<u64>> {
+        let (ino, ss) = (span.ino, u64::from(span.layout.stripe_size));
         // Stops at the first stripe of ours that is missing or has a hole: the walk is
         // bounded by the stripes stored here.
-        for (k, within, _) in server_pieces(layout, me, offset, end - offset) {
+        for (k, within, _) in span.pieces() {
             let at = k * ss + u64::from(within);
             let Some(len) = self.map().len(ino, k) else {
                 return Ok(Some(at));
@@ -294,39 +279,50 @@ mod tests {
         Layout::of(InodeNo(7), SS, 1, 1)
     }
 
+    /// `[offset, offset+len)` of inode 7 on server 0.
+    fn span(layout: &Layout, offset: u64, len: u64) -> Span<'_> {
+        Span {
+            ino: InodeNo(7),
+            layout,
+            me: ServerIndex(0),
+            offset,
+            len,
+        }
+    }
+
     #[test]
     fn allocate_counts_against_capacity_and_refuses_with_nothing_done() {
         let (_d, s) = store(4 * u64::from(SS));
-        let (l, me, ino) = (layout(), ServerIndex(0), InodeNo(7));
+        let (l, ino) = (layout(), InodeNo(7));
         let ss = u64::from(SS);
         assert_eq!(
-            s.fallocate(ino, &l, me, 0, 5 * ss, falloc_mode::ALLOCATE, true)
+            s.fallocate(&span(&l, 0, 5 * ss), falloc_mode::ALLOCATE, true)
                 .unwrap_err()
                 .errno(),
             Errno::ENOSPC
         );
         assert_eq!(
-            s.fallocate(ino, &l, me, 0, 5 * ss, falloc_mode::ALLOCATE, false)
+            s.fallocate(&span(&l, 0, 5 * ss), falloc_mode::ALLOCATE, false)
                 .unwrap_err()
                 .errno(),
             Errno::ENOSPC
         );
         assert_eq!(s.used(), 0, "a refused fallocate allocates nothing");
-        s.fallocate(ino, &l, me, ss / 2, 2 * ss, falloc_mode::ALLOCATE, false)
+        s.fallocate(&span(&l, ss / 2, 2 * ss), falloc_mode::ALLOCATE, false)
             .unwrap();
         assert_eq!(s.used(), ss + ss / 2 + ss);
         let marks = s.take_alloc_changes();
         assert_eq!(marks, vec![(ino, super::super::allocs::Changed::All)]);
         assert!(s.allocated(ino, &marks[0].1) >= 2 * ss);
         // Punching stripes 1 and 2 (all that is stored of it) deletes them.
-        s.fallocate(ino, &l, me, ss, ss + ss / 2, falloc_mode::PUNCH, false)
+        s.fallocate(&span(&l, ss, ss + ss / 2), falloc_mode::PUNCH, false)
             .unwrap();
         assert_eq!(s.used(), ss, "stripe 0 left");
         // A punch to the end of a stripe shortens it; one inside keeps its charge.
-        s.fallocate(ino, &l, me, ss / 2, ss, falloc_mode::PUNCH, false)
+        s.fallocate(&span(&l, ss / 2, ss), falloc_mode::PUNCH, false)
             .unwrap();
         assert_eq!(s.used(), ss / 2);
-        s.fallocate(ino, &l, me, 4096, 4096, falloc_mode::PUNCH, false)
+        s.fallocate(&span(&l, 4096, 4096), falloc_mode::PUNCH, false)
             .unwrap();
         assert_eq!(s.used(), ss / 2);
         assert_eq!(s.read(ino, 1, 0, 10).unwrap(), Vec::<u8>::new());
@@ -335,32 +331,36 @@ mod tests {
     #[test]
     fn punch_and_zero_read_zeros_and_seek_finds_the_holes() {
         let (_d, s) = store(1 << 30);
-        let (l, me, ino) = (layout(), ServerIndex(0), InodeNo(7));
+        let (l, ino) = (layout(), InodeNo(7));
         let ss = u64::from(SS);
         s.write(ino, 0, 0, &vec![1u8; SS as usize]).unwrap();
         s.write(ino, 2, 0, &vec![2u8; SS as usize]).unwrap();
         let end = 3 * ss;
-        assert_eq!(s.seek(ino, &l, me, 0, end, false).unwrap(), Some(0));
-        assert_eq!(s.seek(ino, &l, me, 0, end, true).unwrap(), Some(ss));
-        assert_eq!(s.seek(ino, &l, me, ss, end, false).unwrap(), Some(2 * ss));
-        assert_eq!(s.seek(ino, &l, me, 2 * ss, end, true).unwrap(), None);
+        assert_eq!(s.seek(&span(&l, 0, end), false).unwrap(), Some(0));
+        assert_eq!(s.seek(&span(&l, 0, end), true).unwrap(), Some(ss));
+        assert_eq!(
+            s.seek(&span(&l, ss, end - ss), false).unwrap(),
+            Some(2 * ss)
+        );
+        assert_eq!(s.seek(&span(&l, 2 * ss, end - 2 * ss), true).unwrap(), None);
         // A hole inside stripe 0 (4 KiB aligned for the local file system).
-        s.fallocate(ino, &l, me, 8192, 8192, falloc_mode::PUNCH, false)
+        s.fallocate(&span(&l, 8192, 8192), falloc_mode::PUNCH, false)
             .unwrap();
         assert_eq!(s.read(ino, 0, 8192, 8192).unwrap(), vec![0u8; 8192]);
         assert_eq!(s.read(ino, 0, 0, 4).unwrap(), vec![1u8; 4]);
-        assert_eq!(s.seek(ino, &l, me, 0, end, true).unwrap(), Some(8192));
-        assert_eq!(s.seek(ino, &l, me, 8192, end, false).unwrap(), Some(16384));
-        s.fallocate(ino, &l, me, 2 * ss + 10, 20, falloc_mode::ZERO, false)
+        assert_eq!(s.seek(&span(&l, 0, end), true).unwrap(), Some(8192));
+        assert_eq!(
+            s.seek(&span(&l, 8192, end - 8192), false).unwrap(),
+            Some(16384)
+        );
+        s.fallocate(&span(&l, 2 * ss + 10, 20), falloc_mode::ZERO, false)
             .unwrap();
         let back = s.read(ino, 2, 0, 40).unwrap();
         assert_eq!(&back[..10], &[2u8; 10]);
         assert_eq!(&back[10..30], &[0u8; 20]);
         assert_eq!(&back[30..], &[2u8; 10]);
         assert_eq!(
-            s.fallocate(ino, &l, me, 0, 1, 9, false)
-                .unwrap_err()
-                .errno(),
+            s.fallocate(&span(&l, 0, 1), 9, false).unwrap_err().errno(),
             Errno::EINVAL
         );
     }

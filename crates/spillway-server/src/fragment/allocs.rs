@@ -12,9 +12,10 @@
 //! at least one block for a written file until the first report arrives
 //! (meta/allocs.rs, `provisional_blocks`).
 
-use crate::data::Changed;
+use crate::data::{Changed, Span};
 use crate::error::{fs, StoreResult};
 use crate::fragment::Fragment;
+use spillway_placement::Layout;
 use spillway_types::{Errno, InodeNo, ServerIndex};
 use spillway_wire::messages::{AllocReportReq, FallocateDataReq, InoBytes, SeekDataReq};
 use std::collections::BTreeMap;
@@ -137,15 +138,8 @@ impl Fragment {
     /// the attributes the client asks the home for next are exact.
     pub fn fallocate_data(&self, r: &FallocateDataReq) -> StoreResult<()> {
         let layout = self.layout(r.ino, r.stripe_size, r.stripe_width);
-        let done = self.data.fallocate(
-            r.ino,
-            &layout,
-            self.index(),
-            r.offset,
-            r.len,
-            r.mode,
-            r.check,
-        );
+        let span = self.span(r.ino, &layout, r.offset, r.len);
+        let done = self.data.fallocate(&span, r.mode, r.check);
         if !r.check {
             if let Err(e) = self.report_now(r.ino) {
                 // Left on the work list: the thread reports it later.
@@ -155,11 +149,23 @@ impl Fragment {
         done
     }
 
+    /// `[offset, offset+len)` of `ino` on this server's stripes.
+    fn span<'l>(&self, ino: InodeNo, layout: &'l Layout, offset: u64, len: u64) -> Span<'l> {
+        Span {
+            ino,
+            layout,
+            me: self.index(),
+            offset,
+            len,
+        }
+    }
+
     /// SeekData over this server's stripes of the file.
     pub fn seek_data(&self, r: &SeekDataReq) -> StoreResult<Option<u64>> {
         let layout = self.layout(r.ino, r.stripe_size, r.stripe_width);
-        self.data
-            .seek(r.ino, &layout, self.index(), r.offset, r.end, r.hole)
+        // Empty when `end` is not past `offset`: nothing is found.
+        let span = self.span(r.ino, &layout, r.offset, r.end.saturating_sub(r.offset));
+        self.data.seek(&span, r.hole)
     }
 
     /// AllocReport from server `r.server` about inodes homed here.

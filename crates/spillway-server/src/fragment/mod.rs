@@ -12,20 +12,20 @@ mod allocs;
 pub mod config;
 mod opens;
 mod peers;
+pub mod purge_bell;
 
 pub use opens::OpenCounts;
 
 use crate::data::DataStore;
 use crate::error::{fs, StoreError, StoreResult};
-use crate::meta::{Home, MetaStore, PurgeRecord, RootSpec};
-use crate::purge::PurgeWaker;
+use crate::meta::{AttrChange, Home, MetaStore, PurgeRecord, RootSpec, SizeChange};
 use config::FragmentConfig;
 use peers::Peers;
+use purge_bell::PurgeWaker;
 use spillway_placement::Layout;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, ServerIndex, Tunables};
 use spillway_wire::{
-    setattr, DeleteDataReq, FragmentCreateReq, FragmentInfo, FragmentStatsReply, SetAttrReq,
-    TruncateDataReq,
+    DeleteDataReq, FragmentCreateReq, FragmentInfo, FragmentStatsReply, TruncateDataReq,
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -254,25 +254,25 @@ impl Fragment {
     /// cuts the stripes (when the metadata log cannot be written, e.g. on a full disk,
     /// nothing has changed and the caller gets the error); growing cuts first (a no-op
     /// on stripes wholly inside the old size) and commits after.
-    pub fn set_attr(&self, req: &SetAttrReq) -> StoreResult<Attr> {
-        if req.valid & setattr::SIZE == 0 {
-            return self.meta.set_attr(req);
-        }
-        let cur = self.meta.get_attr(req.ino)?;
+    pub fn set_attr(&self, ino: InodeNo, ch: &AttrChange) -> StoreResult<Attr> {
+        let Some(SizeChange::Set(size)) = ch.size else {
+            return self.meta.set_attr(ino, ch);
+        };
+        let cur = self.meta.get_attr(ino)?;
         if cur.kind != FileKind::Regular {
-            return self.meta.set_attr(req);
+            return self.meta.set_attr(ino, ch);
         }
-        if req.size < cur.size {
-            let attr = self.meta.set_attr(req)?;
+        if size < cur.size {
+            let attr = self.meta.set_attr(ino, ch)?;
             // The size is committed; a server that could not cut its stripes keeps
             // bytes past the end of file, which reads never return (they stop at the
             // size) and the error tells the caller.
-            self.truncate_everywhere(&cur, req.size)?;
+            self.truncate_everywhere(&cur, size)?;
             // Re-read: the truncation reported the stripes' new allocation (blocks).
-            return Ok(self.meta.get_attr(req.ino).unwrap_or(attr));
+            return Ok(self.meta.get_attr(ino).unwrap_or(attr));
         }
-        self.truncate_everywhere(&cur, req.size)?;
-        self.meta.set_attr(req)
+        self.truncate_everywhere(&cur, size)?;
+        self.meta.set_attr(ino, ch)
     }
 
     fn truncate_everywhere(&self, a: &Attr, size: u64) -> StoreResult<()> {

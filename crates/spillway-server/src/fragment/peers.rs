@@ -2,7 +2,7 @@
 
 use crate::fragment::config::FragmentConfig;
 use spillway_types::ServerIndex;
-use spillway_wire::{role, Endpoint, HelloReq};
+use spillway_wire::{Endpoint, HelloReq, Role};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ pub struct Peers {
 impl Peers {
     pub fn new(config: &FragmentConfig, deadline: Duration, reconnect_window: Duration) -> Peers {
         let hello = HelloReq::new(
-            role::PEER,
+            Role::Peer,
             config.instance,
             config.credential_bytes(),
             format!(

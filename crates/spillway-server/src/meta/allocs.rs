@@ -75,28 +75,24 @@ impl MetaStore {
 
 #[cfg(test)]
 mod tests {
-    use crate::meta::{Home, MetaStore};
+    use crate::meta::{Home, MetaStore, NewNode};
     use spillway_types::{FileKind, InodeNo, ServerIndex};
-    use spillway_wire::CreateReq;
 
     fn store() -> (tempfile::TempDir, MetaStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let root = crate::meta::RootSpec {
+        crate::meta::test_fixtures::store_with(crate::meta::RootSpec {
             uid: 0,
             gid: 0,
             mode: 0o755,
             stripe_size: 65536,
             stripe_width: 2,
-        };
-        let m = MetaStore::init(&dir.path().join("m.sqlite"), 2, Some(root)).unwrap();
-        (dir, m)
+        })
     }
 
     #[test]
     fn a_version_1_database_is_upgraded() {
         let (dir, m) = store();
         m.close().unwrap();
-        let path = dir.path().join("m.sqlite");
+        let path = dir.path().join("meta.sqlite");
         {
             // What version 1 wrote: no blocks column, no allocs table.
             let c = rusqlite::Connection::open(&path).unwrap();
@@ -125,25 +121,15 @@ mod tests {
             count: 2,
             default_stripe_size: 65536,
         };
-        let a = m
-            .create(
-                &CreateReq {
-                    parent: spillway_types::ROOT_INODE,
-                    name: b"f".to_vec(),
-                    kind: FileKind::Regular,
-                    mode: 0o644,
-                    uid: 0,
-                    gid: 0,
-                    rdev: 0,
-                    target: Vec::new(),
-                    stripe_size: 0,
-                    stripe_width: 0,
-                    open: false,
-                    xattrs: Vec::new(),
-                },
-                home,
-            )
-            .unwrap();
+        let f = NewNode::new(
+            spillway_types::ROOT_INODE,
+            b"f",
+            FileKind::Regular,
+            0o644,
+            0,
+            0,
+        );
+        let a = m.create(&f, home).unwrap();
         assert_eq!(a.blocks, 0);
         // A writer's size update: one block until a server reports.
         assert_eq!(m.extend_size(a.ino, 0, true).unwrap().blocks, 0, "empty");

@@ -1,76 +1,77 @@
 //! Attributes of inodes homed on this server.
 
-use crate::error::{fs, StoreError, StoreResult};
+use crate::error::{fs, StoreResult};
 use crate::meta::{rows, MetaStore};
+use crate::meta::{AttrChange, SizeChange, TimeChange};
 use spillway_types::tunables::MAX_STRIPE_SIZE;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec};
-use spillway_wire::{setattr, SetAttrReq};
 
-const SETATTR_KNOWN: u32 = setattr::MODE
-    | setattr::UID
-    | setattr::GID
-    | setattr::SIZE
-    | setattr::ATIME
-    | setattr::MTIME
-    | setattr::ATIME_NOW
-    | setattr::MTIME_NOW
-    | setattr::CTIME
-    | setattr::SIZE_WRITTEN;
-
-/// Apply the `valid` fields of a SetAttr to `a` (the data truncation a smaller size
-/// needs happens before, on every server of the layout). A request with bits this
-/// server does not know is refused whole rather than half applied.
-fn apply_setattr(a: &mut Attr, req: &SetAttrReq, now: Timespec) -> StoreResult<()> {
-    let v = req.valid;
-    if v & !SETATTR_KNOWN != 0 {
-        return Err(fs(Errno::EINVAL));
-    }
-    if v & setattr::SIZE != 0 {
-        match a.kind {
+/// Apply `ch` to `a` (the data truncation a smaller size needs happens before, on
+/// every server of the layout).
+fn apply_setattr(a: &mut Attr, ch: &AttrChange, now: Timespec) -> StoreResult<()> {
+    match ch.size {
+        Some(SizeChange::Set(size)) => match a.kind {
             FileKind::Regular => {
                 // POSIX: a truncate that changes the size marks mtime (and ctime) for
                 // update; the kernel does not always send a time with it.
-                if a.size != req.size && v & (setattr::MTIME | setattr::MTIME_NOW) == 0 {
+                if a.size != size && ch.mtime.is_none() {
                     a.mtime = now;
                 }
-                a.size = req.size;
+                a.size = size;
             }
             FileKind::Directory => return Err(fs(Errno::EISDIR)),
             _ => return Err(fs(Errno::EINVAL)),
+        },
+        Some(SizeChange::AtLeast(size)) => {
+            if a.kind != FileKind::Regular {
+                return Err(fs(Errno::EINVAL));
+            }
+            a.size = a.size.max(size);
         }
+        None => {}
     }
-    if v & setattr::SIZE_WRITTEN != 0 {
-        if a.kind != FileKind::Regular {
-            return Err(fs(Errno::EINVAL));
-        }
-        a.size = a.size.max(req.size);
+    if let Some(mode) = ch.mode {
+        a.mode = mode & 0o7777;
     }
-    if v & setattr::MODE != 0 {
-        a.mode = req.mode & 0o7777;
+    if let Some(uid) = ch.uid {
+        a.uid = uid;
     }
-    if v & setattr::UID != 0 {
-        a.uid = req.uid;
+    if let Some(gid) = ch.gid {
+        a.gid = gid;
     }
-    if v & setattr::GID != 0 {
-        a.gid = req.gid;
+    let time = |t: TimeChange| match t {
+        TimeChange::Now => now,
+        TimeChange::At(t) => t,
+    };
+    if let Some(t) = ch.atime {
+        a.atime = time(t);
     }
-    // The kernel sets ATIME together with ATIME_NOW; "now" wins.
-    if v & setattr::ATIME_NOW != 0 {
-        a.atime = now;
-    } else if v & setattr::ATIME != 0 {
-        a.atime = req.atime;
+    if let Some(t) = ch.mtime {
+        a.mtime = time(t);
     }
-    if v & setattr::MTIME_NOW != 0 {
-        a.mtime = now;
-    } else if v & setattr::MTIME != 0 {
-        a.mtime = req.mtime;
-    }
-    if v & setattr::CTIME != 0 {
-        a.ctime = req.ctime;
-    } else if v != 0 {
+    if let Some(t) = ch.ctime {
+        a.ctime = t;
+    } else if !ch.is_empty() {
         a.ctime = now;
     }
     Ok(())
+}
+
+/// One setattr inside the caller's transaction: apply, write, and rewrite the access
+/// ACL after a chmod.
+fn set_attr_in(
+    tx: &rusqlite::Connection,
+    ino: InodeNo,
+    ch: &AttrChange,
+    now: Timespec,
+) -> StoreResult<Attr> {
+    let mut a = rows::get_inode(tx, ino)?.ok_or(fs(Errno::ENOENT))?;
+    apply_setattr(&mut a, ch, now)?;
+    rows::update_inode(tx, &a)?;
+    if ch.mode.is_some() {
+        super::xattrs::chmod_acl(tx, &a)?;
+    }
+    Ok(a)
 }
 
 fn add_links(nlink: u32, delta: i32) -> u32 {
@@ -82,40 +83,20 @@ impl MetaStore {
         self.with(|c| rows::get_inode(c, ino)?.ok_or(fs(Errno::ENOENT)))
     }
 
-    pub fn set_attr(&self, req: &SetAttrReq) -> StoreResult<Attr> {
-        self.txn(|tx| {
-            let mut a = rows::get_inode(tx, req.ino)?.ok_or(fs(Errno::ENOENT))?;
-            apply_setattr(&mut a, req, Timespec::now())?;
-            rows::update_inode(tx, &a)?;
-            if req.valid & setattr::MODE != 0 {
-                super::xattrs::chmod_acl(tx, &a)?;
-            }
-            Ok(a)
-        })
+    pub fn set_attr(&self, ino: InodeNo, ch: &AttrChange) -> StoreResult<Attr> {
+        self.txn(|tx| set_attr_in(tx, ino, ch, Timespec::now()))
     }
 
     /// Many setattrs in one transaction (see `create_many`).
-    pub fn set_attr_many(&self, reqs: &[SetAttrReq]) -> StoreResult<Vec<StoreResult<Attr>>> {
+    pub fn set_attr_many(
+        &self,
+        changes: &[(InodeNo, AttrChange)],
+    ) -> StoreResult<Vec<StoreResult<Attr>>> {
         self.txn(|tx| {
             let now = Timespec::now();
-            reqs.iter()
-                .map(|req| {
-                    let r = rows::get_inode(tx, req.ino)
-                        .and_then(|a| a.ok_or(fs(Errno::ENOENT)))
-                        .and_then(|mut a| {
-                            apply_setattr(&mut a, req, now)?;
-                            rows::update_inode(tx, &a)?;
-                            if req.valid & setattr::MODE != 0 {
-                                super::xattrs::chmod_acl(tx, &a)?;
-                            }
-                            Ok(a)
-                        });
-                    match r {
-                        Err(e @ StoreError::Fs(_)) => Ok(Err(e)),
-                        Err(e) => Err(e),
-                        Ok(a) => Ok(Ok(a)),
-                    }
-                })
+            changes
+                .iter()
+                .map(|(ino, ch)| super::each_outcome(set_attr_in(tx, *ino, ch, now)))
                 .collect()
         })
     }

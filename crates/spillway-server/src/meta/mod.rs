@@ -4,7 +4,8 @@
 //! transaction only, never across network calls.
 //!
 //! * `schema`    — creating and opening the database.
-//! * `rows`      — inode and entry rows to and from `Attr`/`EntryRef`.
+//! * `types`     — what the store's methods take and return (no wire types here).
+//! * `rows`      — inode and entry rows to and from `Attr`/`Entry`.
 //! * `namespace` — directory entries: create, remove, insert, rename, readdir, seal.
 //! * `inodes`    — attributes: getattr, setattr, link counts, sizes, symlinks.
 //! * `xattrs`    — extended attributes.
@@ -17,11 +18,16 @@ mod namespace;
 mod purges;
 mod rows;
 mod schema;
+mod types;
 mod xattrs;
 
 pub use namespace::Home;
 pub use purges::PurgeRecord;
 pub use schema::RootSpec;
+pub use types::{
+    AttrChange, DirPage, Entry, Expect, Found, NamedEntry, NewNode, RenameMode, Renamed,
+    SizeChange, TimeChange, XattrMode,
+};
 
 use crate::error::{fs, StoreError, StoreResult};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
@@ -131,7 +137,20 @@ impl MetaStore {
     }
 }
 
+/// One item's outcome in a batch (`create_many`, `set_attr_many`): a protocol outcome
+/// (EEXIST, ENOENT, ...) answers for that item alone; any other failure (the
+/// database's) stops the whole batch, whose transaction is then rolled back.
+fn each_outcome<T>(r: StoreResult<T>) -> StoreResult<StoreResult<T>> {
+    match r {
+        Err(e @ StoreError::Fs(_)) => Ok(Err(e)),
+        Err(e) => Err(e),
+        Ok(v) => Ok(Ok(v)),
+    }
+}
+
 #[cfg(test)]
 mod acl_tests;
+#[cfg(test)]
+mod test_fixtures;
 #[cfg(test)]
 mod tests;

@@ -3,21 +3,19 @@
 //! servers (a directory's emptiness, a rename across servers) the client composes from
 //! these steps and the seal.
 
-use crate::error::{fs, StoreError, StoreResult};
+use crate::error::{fs, StoreResult};
 use crate::meta::{rows, MetaStore};
+use crate::meta::{DirPage, Entry, Expect, Found, NewNode, RenameMode, Renamed};
 use crate::names::{check_name, check_symlink_target};
 use rusqlite::Transaction;
 use spillway_types::ids::INODE_COUNTER_BITS;
 use spillway_types::tunables::MAX_STRIPE_SIZE;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, ServerIndex, Timespec};
-use spillway_wire::{
-    rename_flags, want, CreateReq, EntryRef, LookupReply, ReadDirReply, RenameReply,
-};
 
 /// Most entries one readdir page returns, whatever the caller asks.
 pub const MAX_READDIR_PAGE: u32 = 65536;
 
-/// Where this store sits in its instance: what `CreateReq` needs to place and shape a
+/// Where this store sits in its instance: what a create needs to place and shape a
 /// new inode.
 #[derive(Clone, Copy, Debug)]
 pub struct Home {
@@ -27,12 +25,7 @@ pub struct Home {
 }
 
 impl MetaStore {
-    pub fn lookup(
-        &self,
-        parent: InodeNo,
-        name: &[u8],
-        here: ServerIndex,
-    ) -> StoreResult<LookupReply> {
+    pub fn lookup(&self, parent: InodeNo, name: &[u8], here: ServerIndex) -> StoreResult<Found> {
         check_name(name)?;
         self.with(|c| {
             let entry = rows::get_entry(c, parent, name)?.ok_or(fs(Errno::ENOENT))?;
@@ -41,14 +34,14 @@ impl MetaStore {
             } else {
                 None
             };
-            Ok(LookupReply { entry, attr })
+            Ok(Found { entry, attr })
         })
     }
 
     /// Create an inode homed here and its entry, in one transaction.
-    pub fn create(&self, req: &CreateReq, home: Home) -> StoreResult<Attr> {
-        let checked = checked_create(req, &home)?;
-        self.txn(|tx| create_in(tx, req, &home, checked))
+    pub fn create(&self, node: &NewNode, home: Home) -> StoreResult<Attr> {
+        let checked = checked_create(node, &home)?;
+        self.txn(|tx| create_in(tx, node, &home, checked))
     }
 
     /// Many creates in one transaction (a batch of staged files: one commit instead of
@@ -56,33 +49,30 @@ impl MetaStore {
     /// ENOENT, ...) of one does not stop the others, a database failure stops all.
     pub fn create_many(
         &self,
-        reqs: &[CreateReq],
+        nodes: &[NewNode],
         home: Home,
     ) -> StoreResult<Vec<StoreResult<Attr>>> {
         self.txn(|tx| {
-            reqs.iter()
-                .map(|req| {
-                    let r = checked_create(req, &home).and_then(|c| create_in(tx, req, &home, c));
-                    match r {
-                        Err(e @ StoreError::Fs(_)) => Ok(Err(e)),
-                        Err(e) => Err(e),
-                        Ok(a) => Ok(Ok(a)),
-                    }
+            nodes
+                .iter()
+                .map(|node| {
+                    super::each_outcome(
+                        checked_create(node, &home).and_then(|c| create_in(tx, node, &home, c)),
+                    )
                 })
                 .collect()
         })
     }
 
-    pub fn remove_entry(&self, parent: InodeNo, name: &[u8], wanted: u8) -> StoreResult<EntryRef> {
+    pub fn remove_entry(&self, parent: InodeNo, name: &[u8], wanted: Expect) -> StoreResult<Entry> {
         check_name(name)?;
         self.txn(|tx| {
             let entry = rows::get_entry(tx, parent, name)?.ok_or(fs(Errno::ENOENT))?;
             let is_dir = entry.kind == FileKind::Directory;
             match wanted {
-                want::NOT_DIR if is_dir => return Err(fs(Errno::EISDIR)),
-                want::DIR if !is_dir => return Err(fs(Errno::ENOTDIR)),
-                want::ANY | want::NOT_DIR | want::DIR => {}
-                _ => return Err(fs(Errno::EINVAL)),
+                Expect::NotDir if is_dir => return Err(fs(Errno::EISDIR)),
+                Expect::Dir if !is_dir => return Err(fs(Errno::ENOTDIR)),
+                Expect::Any | Expect::NotDir | Expect::Dir => {}
             }
             rows::delete_entry(tx, parent, name)?;
             Ok(entry)
@@ -93,9 +83,9 @@ impl MetaStore {
         &self,
         parent: InodeNo,
         name: &[u8],
-        entry: &EntryRef,
+        entry: &Entry,
         replace: bool,
-    ) -> StoreResult<Option<EntryRef>> {
+    ) -> StoreResult<Option<Entry>> {
         check_name(name)?;
         self.txn(|tx| {
             if rows::is_sealed(tx, parent)? {
@@ -118,17 +108,12 @@ impl MetaStore {
         old_name: &[u8],
         new_parent: InodeNo,
         new_name: &[u8],
-        flags: u32,
-    ) -> StoreResult<RenameReply> {
+        mode: RenameMode,
+    ) -> StoreResult<Renamed> {
         check_name(old_name)?;
         check_name(new_name)?;
-        let noreplace = flags & rename_flags::NOREPLACE != 0;
-        let exchange = flags & rename_flags::EXCHANGE != 0;
-        if flags & !(rename_flags::NOREPLACE | rename_flags::EXCHANGE) != 0
-            || (noreplace && exchange)
-        {
-            return Err(fs(Errno::EINVAL));
-        }
+        let noreplace = mode == RenameMode::NoReplace;
+        let exchange = mode == RenameMode::Exchange;
         let same_slot = old_parent == new_parent && old_name == new_name;
         self.txn(|tx| {
             let src = rows::get_entry(tx, old_parent, old_name)?.ok_or(fs(Errno::ENOENT))?;
@@ -142,7 +127,7 @@ impl MetaStore {
                     rows::put_entry(tx, old_parent, old_name, &dst)?;
                     rows::put_entry(tx, new_parent, new_name, &src)?;
                 }
-                return Ok(RenameReply {
+                return Ok(Renamed {
                     moved: src,
                     replaced: Some(dst),
                 });
@@ -160,7 +145,7 @@ impl MetaStore {
                 }
                 if d.ino == src.ino {
                     // Two names of one inode (or the same name): POSIX says do nothing.
-                    return Ok(RenameReply {
+                    return Ok(Renamed {
                         moved: src,
                         replaced: None,
                     });
@@ -171,21 +156,21 @@ impl MetaStore {
             }
             rows::delete_entry(tx, old_parent, old_name)?;
             rows::put_entry(tx, new_parent, new_name, &src)?;
-            Ok(RenameReply {
+            Ok(Renamed {
                 moved: src,
                 replaced: dst,
             })
         })
     }
 
-    pub fn read_dir(&self, dir: InodeNo, after: &[u8], max: u32) -> StoreResult<ReadDirReply> {
+    pub fn read_dir(&self, dir: InodeNo, after: &[u8], max: u32) -> StoreResult<DirPage> {
         let max = max.min(MAX_READDIR_PAGE);
         self.with(|c| {
             // One row more than asked tells whether another page follows.
             let mut entries = rows::list_entries(c, dir, after, max + 1)?;
             let more = entries.len() > max as usize;
             entries.truncate(max as usize);
-            Ok(ReadDirReply { entries, more })
+            Ok(DirPage { entries, more })
         })
     }
 
@@ -211,7 +196,7 @@ impl MetaStore {
 }
 
 /// What a create's request alone decides: (symlink target, stripe size, stripe width).
-fn checked_create<'r>(req: &'r CreateReq, home: &Home) -> StoreResult<(&'r [u8], u32, u16)> {
+fn checked_create<'r>(req: &'r NewNode, home: &Home) -> StoreResult<(&'r [u8], u32, u16)> {
     check_name(&req.name)?;
     let target: &[u8] = if req.kind == FileKind::Symlink {
         &req.target
@@ -240,7 +225,7 @@ fn checked_create<'r>(req: &'r CreateReq, home: &Home) -> StoreResult<(&'r [u8],
 /// before anything is written.
 fn create_in(
     tx: &Transaction<'_>,
-    req: &CreateReq,
+    req: &NewNode,
     home: &Home,
     (target, stripe_size, stripe_width): (&[u8], u32, u16),
 ) -> StoreResult<Attr> {
@@ -287,7 +272,7 @@ fn create_in(
         tx,
         req.parent,
         &req.name,
-        &EntryRef {
+        &Entry {
             ino: attr.ino,
             kind: attr.kind,
         },

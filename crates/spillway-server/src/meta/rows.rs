@@ -1,10 +1,10 @@
-//! Rows to and from the types the protocol speaks. Every value read back is checked:
+//! Rows to and from the store's types (`Attr`, `types.rs`). Every value read back is checked:
 //! a row this server did not write (or a damaged file) becomes `Corrupt`, not a panic.
 
 use crate::error::{StoreError, StoreResult};
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use crate::meta::{Entry, NamedEntry};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, ToSql};
 use spillway_types::{Attr, FileKind, InodeNo, Timespec};
-use spillway_wire::{DirEntry, EntryRef};
 
 /// u64 values are stored bit-for-bit in SQLite's signed INTEGER.
 pub fn sql_u64(v: u64) -> i64 {
@@ -95,55 +95,59 @@ pub fn get_target(c: &Connection, ino: InodeNo) -> StoreResult<Option<Vec<u8>>> 
     )
 }
 
-pub fn insert_inode(c: &Connection, a: &Attr, target: &[u8]) -> StoreResult<()> {
-    c.prepare_cached(&format!(
-        "INSERT INTO inodes(ino, {INODE_COLS}, target) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"
-    ))?
-    .execute(params![
-        ino_sql(a.ino),
-        a.kind as u8,
-        a.mode,
-        a.nlink,
-        a.uid,
-        a.gid,
-        a.rdev,
+/// The columns a setattr may change, in the order of `UPDATE_INODE`'s ?2..?13 and of
+/// `INSERT_INODE`'s ?2..?13 (all integers; the u32/u64 values as rusqlite stores them).
+fn mutable_cols(a: &Attr) -> [i64; 12] {
+    [
+        i64::from(a.mode),
+        i64::from(a.nlink),
+        i64::from(a.uid),
+        i64::from(a.gid),
+        i64::from(a.rdev),
         sql_u64(a.size),
         a.atime.sec,
-        a.atime.nsec,
+        i64::from(a.atime.nsec),
         a.mtime.sec,
-        a.mtime.nsec,
+        i64::from(a.mtime.nsec),
         a.ctime.sec,
-        a.ctime.nsec,
-        a.stripe_size,
-        a.stripe_width,
-        sql_u64(a.blocks),
-        target,
-    ])?;
+        i64::from(a.ctime.nsec),
+    ]
+}
+
+const INSERT_INODE: &str = "INSERT INTO inodes(ino, mode, nlink, uid, gid, rdev, size, \
+     atime_s, atime_ns, mtime_s, mtime_ns, ctime_s, ctime_ns, \
+     kind, stripe_size, stripe_width, blocks, target) \
+     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)";
+
+const UPDATE_INODE: &str = "UPDATE inodes SET mode=?2, nlink=?3, uid=?4, gid=?5, rdev=?6, \
+     size=?7, atime_s=?8, atime_ns=?9, mtime_s=?10, mtime_ns=?11, ctime_s=?12, ctime_ns=?13 \
+     WHERE ino=?1";
+
+pub fn insert_inode(c: &Connection, a: &Attr, target: &[u8]) -> StoreResult<()> {
+    let ino = ino_sql(a.ino);
+    let cols = mutable_cols(a);
+    let (kind, blocks) = (a.kind as u8, sql_u64(a.blocks));
+    let mut values: Vec<&dyn ToSql> = Vec::with_capacity(18);
+    values.push(&ino);
+    values.extend(cols.iter().map(|v| v as &dyn ToSql));
+    values.extend([
+        &kind as &dyn ToSql,
+        &a.stripe_size,
+        &a.stripe_width,
+        &blocks,
+        &target,
+    ]);
+    c.prepare_cached(INSERT_INODE)?
+        .execute(params_from_iter(values))?;
     Ok(())
 }
 
 /// Write back the mutable attributes (the kind and target never change; the stripe
 /// geometry only through `update_layout`).
 pub fn update_inode(c: &Connection, a: &Attr) -> StoreResult<()> {
-    c.prepare_cached(
-        "UPDATE inodes SET mode=?2, nlink=?3, uid=?4, gid=?5, rdev=?6, size=?7, atime_s=?8, atime_ns=?9, \
-         mtime_s=?10, mtime_ns=?11, ctime_s=?12, ctime_ns=?13 WHERE ino=?1",
-    )?
-    .execute(params![
-        ino_sql(a.ino),
-        a.mode,
-        a.nlink,
-        a.uid,
-        a.gid,
-        a.rdev,
-        sql_u64(a.size),
-        a.atime.sec,
-        a.atime.nsec,
-        a.mtime.sec,
-        a.mtime.nsec,
-        a.ctime.sec,
-        a.ctime.nsec,
-    ])?;
+    let values = std::iter::once(ino_sql(a.ino)).chain(mutable_cols(a));
+    c.prepare_cached(UPDATE_INODE)?
+        .execute(params_from_iter(values))?;
     Ok(())
 }
 
@@ -174,14 +178,14 @@ pub fn delete_inode(c: &Connection, ino: InodeNo) -> StoreResult<()> {
     Ok(())
 }
 
-fn entry_ref(child: i64, kind: i64) -> StoreResult<EntryRef> {
-    Ok(EntryRef {
+fn entry_ref(child: i64, kind: i64) -> StoreResult<Entry> {
+    Ok(Entry {
         ino: InodeNo(from_sql_u64(child)),
         kind: kind_col(kind)?,
     })
 }
 
-pub fn get_entry(c: &Connection, parent: InodeNo, name: &[u8]) -> StoreResult<Option<EntryRef>> {
+pub fn get_entry(c: &Connection, parent: InodeNo, name: &[u8]) -> StoreResult<Option<Entry>> {
     let raw: Option<(i64, i64)> = c
         .prepare_cached("SELECT child, kind FROM dentries WHERE parent = ?1 AND name = ?2")?
         .query_row(params![ino_sql(parent), name], |r| {
@@ -192,7 +196,7 @@ pub fn get_entry(c: &Connection, parent: InodeNo, name: &[u8]) -> StoreResult<Op
 }
 
 /// Insert or overwrite the entry `(parent, name)`.
-pub fn put_entry(c: &Connection, parent: InodeNo, name: &[u8], e: &EntryRef) -> StoreResult<()> {
+pub fn put_entry(c: &Connection, parent: InodeNo, name: &[u8], e: &Entry) -> StoreResult<()> {
     c.prepare_cached(
         "INSERT OR REPLACE INTO dentries(parent, name, child, kind) VALUES (?1, ?2, ?3, ?4)",
     )?
@@ -212,7 +216,7 @@ pub fn list_entries(
     dir: InodeNo,
     after: &[u8],
     limit: u32,
-) -> StoreResult<Vec<DirEntry>> {
+) -> StoreResult<Vec<NamedEntry>> {
     let mut stmt = c.prepare_cached(
         "SELECT name, child, kind FROM dentries WHERE parent = ?1 AND name > ?2 ORDER BY name LIMIT ?3",
     )?;
@@ -226,7 +230,7 @@ pub fn list_entries(
     let mut out = Vec::new();
     for row in rows {
         let (name, child, kind) = row?;
-        out.push(DirEntry {
+        out.push(NamedEntry {
             name,
             entry: entry_ref(child, kind)?,
         });

@@ -1,9 +1,9 @@
 //! Unit tests of the metadata store against a real SQLite file in a temp directory.
 
+use super::test_fixtures::{errno, store_with};
 use super::*;
 use crate::error::StoreError;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, ServerIndex, Timespec, ROOT_INODE};
-use spillway_wire::{rename_flags, setattr, want, xattr_flags, CreateReq, EntryRef, SetAttrReq};
 
 const HOME: Home = Home {
     index: ServerIndex(0),
@@ -11,42 +11,37 @@ const HOME: Home = Home {
     default_stripe_size: 1 << 20,
 };
 
+/// setxattr with XATTR_CREATE, XATTR_REPLACE.
+const MUST_CREATE: XattrMode = XattrMode {
+    must_create: true,
+    must_replace: false,
+    acl_kill_sgid: false,
+};
+const MUST_REPLACE: XattrMode = XattrMode {
+    must_create: false,
+    must_replace: true,
+    acl_kill_sgid: false,
+};
+
 fn store() -> (tempfile::TempDir, MetaStore) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = RootSpec {
+    store_with(RootSpec {
         uid: 10,
         gid: 20,
         mode: 0o40755,
         stripe_size: 1 << 20,
         stripe_width: 2,
-    };
-    let m = MetaStore::init(&dir.path().join("meta.sqlite"), 2, Some(root)).unwrap();
-    (dir, m)
-}
-
-fn errno<T: std::fmt::Debug>(r: Result<T, StoreError>) -> Errno {
-    r.expect_err("expected an error").errno()
+    })
 }
 
 fn create(m: &MetaStore, parent: InodeNo, name: &str, kind: FileKind) -> Result<Attr, StoreError> {
     m.create(
-        &CreateReq {
-            parent,
-            name: name.as_bytes().to_vec(),
-            kind,
-            mode: 0o100644,
-            uid: 1,
-            gid: 2,
-            rdev: 0,
+        &NewNode {
             target: if kind == FileKind::Symlink {
                 b"/some/where".to_vec()
             } else {
                 Vec::new()
             },
-            stripe_size: 0,
-            stripe_width: 0,
-            open: false,
-            xattrs: Vec::new(),
+            ..NewNode::new(parent, name.as_bytes(), kind, 0o100644, 1, 2)
         },
         HOME,
     )
@@ -98,7 +93,7 @@ fn create_lookup_and_errnos() {
     let l = m.lookup(ROOT_INODE, b"f", ServerIndex(0)).unwrap();
     assert_eq!(
         l.entry,
-        EntryRef {
+        Entry {
             ino: a.ino,
             kind: FileKind::Regular
         }
@@ -123,22 +118,22 @@ fn remove_and_insert_entries() {
     let f = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
     let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
     assert_eq!(
-        errno(m.remove_entry(ROOT_INODE, b"d", want::NOT_DIR)),
+        errno(m.remove_entry(ROOT_INODE, b"d", Expect::NotDir)),
         Errno::EISDIR
     );
     assert_eq!(
-        errno(m.remove_entry(ROOT_INODE, b"f", want::DIR)),
+        errno(m.remove_entry(ROOT_INODE, b"f", Expect::Dir)),
         Errno::ENOTDIR
     );
     assert_eq!(
-        errno(m.remove_entry(ROOT_INODE, b"zz", want::ANY)),
+        errno(m.remove_entry(ROOT_INODE, b"zz", Expect::Any)),
         Errno::ENOENT
     );
     assert_eq!(
-        m.remove_entry(ROOT_INODE, b"d", want::DIR).unwrap().ino,
+        m.remove_entry(ROOT_INODE, b"d", Expect::Dir).unwrap().ino,
         d.ino
     );
-    let fe = EntryRef {
+    let fe = Entry {
         ino: f.ino,
         kind: FileKind::Regular,
     };
@@ -147,7 +142,7 @@ fn remove_and_insert_entries() {
         Errno::EEXIST
     );
     assert_eq!(m.insert_entry(ROOT_INODE, b"g", &fe, false).unwrap(), None);
-    let other = EntryRef {
+    let other = Entry {
         ino: InodeNo(77),
         kind: FileKind::Fifo,
     };
@@ -168,16 +163,16 @@ fn rename_variants() {
     let b = create(&m, ROOT_INODE, "b", FileKind::Regular).unwrap();
     let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
     let e = create(&m, ROOT_INODE, "e", FileKind::Directory).unwrap();
-    let r =
-        |o: &str, n: &str, f: u32| m.rename(ROOT_INODE, o.as_bytes(), ROOT_INODE, n.as_bytes(), f);
-    assert_eq!(errno(r("zz", "y", 0)), Errno::ENOENT);
-    assert_eq!(errno(r("a", "b", rename_flags::NOREPLACE)), Errno::EEXIST);
-    assert_eq!(errno(r("a", "zz", rename_flags::EXCHANGE)), Errno::ENOENT);
-    assert_eq!(errno(r("a", "b", 3)), Errno::EINVAL);
-    assert_eq!(errno(r("d", "a", 0)), Errno::ENOTDIR);
-    assert_eq!(errno(r("a", "d", 0)), Errno::EISDIR);
+    let r = |o: &str, n: &str, f: RenameMode| {
+        m.rename(ROOT_INODE, o.as_bytes(), ROOT_INODE, n.as_bytes(), f)
+    };
+    assert_eq!(errno(r("zz", "y", RenameMode::Replace)), Errno::ENOENT);
+    assert_eq!(errno(r("a", "b", RenameMode::NoReplace)), Errno::EEXIST);
+    assert_eq!(errno(r("a", "zz", RenameMode::Exchange)), Errno::ENOENT);
+    assert_eq!(errno(r("d", "a", RenameMode::Replace)), Errno::ENOTDIR);
+    assert_eq!(errno(r("a", "d", RenameMode::Replace)), Errno::EISDIR);
     // Exchange swaps.
-    let x = r("a", "b", rename_flags::EXCHANGE).unwrap();
+    let x = r("a", "b", RenameMode::Exchange).unwrap();
     assert_eq!(
         (x.moved.ino, x.replaced.map(|e| e.ino)),
         (a.ino, Some(b.ino))
@@ -197,7 +192,7 @@ fn rename_variants() {
         a.ino
     );
     // Replace: "b" (now a) over "a" (now b).
-    let x = r("b", "a", 0).unwrap();
+    let x = r("b", "a", RenameMode::Replace).unwrap();
     assert_eq!(
         (x.moved.ino, x.replaced.map(|e| e.ino)),
         (a.ino, Some(b.ino))
@@ -207,7 +202,7 @@ fn rename_variants() {
         Errno::ENOENT
     );
     // Directory over empty directory.
-    let x = r("d", "e", 0).unwrap();
+    let x = r("d", "e", RenameMode::Replace).unwrap();
     assert_eq!(x.replaced.map(|e| e.ino), Some(e.ino));
     assert_eq!(
         m.lookup(ROOT_INODE, b"e", ServerIndex(0))
@@ -220,24 +215,25 @@ fn rename_variants() {
     m.insert_entry(
         ROOT_INODE,
         b"hard",
-        &EntryRef {
+        &Entry {
             ino: a.ino,
             kind: FileKind::Regular,
         },
         false,
     )
     .unwrap();
-    let x = r("a", "hard", 0).unwrap();
+    let x = r("a", "hard", RenameMode::Replace).unwrap();
     assert_eq!(x.replaced, None);
     assert!(m.lookup(ROOT_INODE, b"a", ServerIndex(0)).is_ok());
     // Into a sealed directory.
     m.seal_dir(InodeNo(500)).unwrap();
     assert_eq!(
-        errno(m.rename(ROOT_INODE, b"a", InodeNo(500), b"a", 0)),
+        errno(m.rename(ROOT_INODE, b"a", InodeNo(500), b"a", RenameMode::Replace)),
         Errno::ENOENT
     );
     m.unseal_dir(InodeNo(500)).unwrap();
-    m.rename(ROOT_INODE, b"a", InodeNo(500), b"a", 0).unwrap();
+    m.rename(ROOT_INODE, b"a", InodeNo(500), b"a", RenameMode::Replace)
+        .unwrap();
     assert_eq!(
         m.lookup(InodeNo(500), b"a", ServerIndex(0))
             .unwrap()
@@ -253,14 +249,14 @@ fn seal_blocks_creates_and_needs_emptiness() {
     let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
     create(&m, d.ino, "inner", FileKind::Regular).unwrap();
     assert_eq!(errno(m.seal_dir(d.ino)), Errno::ENOTEMPTY);
-    m.remove_entry(d.ino, b"inner", want::ANY).unwrap();
+    m.remove_entry(d.ino, b"inner", Expect::Any).unwrap();
     m.seal_dir(d.ino).unwrap();
     m.seal_dir(d.ino).unwrap();
     assert_eq!(
         errno(create(&m, d.ino, "x", FileKind::Regular)),
         Errno::ENOENT
     );
-    let e = EntryRef {
+    let e = Entry {
         ino: InodeNo(9),
         kind: FileKind::Regular,
     };
@@ -297,36 +293,34 @@ fn setattr_applies_valid_bits_only() {
     let (_d, m) = store();
     let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
     let t = Timespec { sec: 1000, nsec: 5 };
-    let mut req = SetAttrReq {
-        ino: a.ino,
-        valid: setattr::MODE | setattr::SIZE | setattr::MTIME,
-        mode: 0o104600,
-        uid: 99,
-        gid: 99,
-        size: 4096,
-        atime: t,
-        mtime: t,
-        ctime: t,
+    let req = AttrChange {
+        mode: Some(0o104600),
+        size: Some(SizeChange::Set(4096)),
+        mtime: Some(TimeChange::At(t)),
+        ..AttrChange::default()
     };
-    let b = m.set_attr(&req).unwrap();
+    let b = m.set_attr(a.ino, &req).unwrap();
     assert_eq!(
         (b.mode, b.uid, b.gid, b.size, b.mtime),
         (0o4600, 1, 2, 4096, t)
     );
     assert_eq!(b.atime, a.atime);
     assert!(b.ctime >= a.ctime && b.ctime != t);
-    req.valid = setattr::CTIME | setattr::ATIME | setattr::ATIME_NOW;
-    let c = m.set_attr(&req).unwrap();
+    let times = AttrChange {
+        ctime: Some(t),
+        atime: Some(TimeChange::Now),
+        ..AttrChange::default()
+    };
+    let c = m.set_attr(a.ino, &times).unwrap();
     assert_eq!(c.ctime, t);
     assert!(c.atime > t);
-    req.valid = 1 << 20;
-    assert_eq!(errno(m.set_attr(&req)), Errno::EINVAL);
     let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
-    req.ino = d.ino;
-    req.valid = setattr::SIZE;
-    assert_eq!(errno(m.set_attr(&req)), Errno::EISDIR);
-    req.ino = InodeNo(12345);
-    assert_eq!(errno(m.set_attr(&req)), Errno::ENOENT);
+    let size = AttrChange {
+        size: Some(SizeChange::Set(4096)),
+        ..AttrChange::default()
+    };
+    assert_eq!(errno(m.set_attr(d.ino, &size)), Errno::EISDIR);
+    assert_eq!(errno(m.set_attr(InodeNo(12345), &size)), Errno::ENOENT);
 }
 
 #[test]
@@ -348,19 +342,18 @@ fn link_counts_sizes_and_dir_touch() {
 fn xattrs() {
     let (_d, m) = store();
     let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
-    m.set_xattr(a.ino, b"user.a", b"1", 0).unwrap();
+    m.set_xattr(a.ino, b"user.a", b"1", XattrMode::default())
+        .unwrap();
     assert_eq!(
-        errno(m.set_xattr(a.ino, b"user.a", b"2", xattr_flags::CREATE)),
+        errno(m.set_xattr(a.ino, b"user.a", b"2", MUST_CREATE)),
         Errno::EEXIST
     );
     assert_eq!(
-        errno(m.set_xattr(a.ino, b"user.b", b"2", xattr_flags::REPLACE)),
+        errno(m.set_xattr(a.ino, b"user.b", b"2", MUST_REPLACE)),
         Errno::ENODATA
     );
-    m.set_xattr(a.ino, b"user.a", b"3", xattr_flags::REPLACE)
-        .unwrap();
-    m.set_xattr(a.ino, b"user.b", b"", xattr_flags::CREATE)
-        .unwrap();
+    m.set_xattr(a.ino, b"user.a", b"3", MUST_REPLACE).unwrap();
+    m.set_xattr(a.ino, b"user.b", b"", MUST_CREATE).unwrap();
     assert_eq!(m.get_xattr(a.ino, b"user.a").unwrap(), b"3");
     assert_eq!(
         m.list_xattrs(a.ino).unwrap(),
@@ -371,16 +364,19 @@ fn xattrs() {
     assert_eq!(errno(m.get_xattr(a.ino, b"user.a")), Errno::ENODATA);
     assert_eq!(errno(m.get_xattr(InodeNo(999), b"user.a")), Errno::ENOENT);
     assert_eq!(
-        errno(m.set_xattr(InodeNo(999), b"user.a", b"", 0)),
+        errno(m.set_xattr(InodeNo(999), b"user.a", b"", XattrMode::default())),
         Errno::ENOENT
     );
-    assert_eq!(errno(m.set_xattr(a.ino, b"", b"", 0)), Errno::EINVAL);
     assert_eq!(
-        errno(m.set_xattr(a.ino, &[b'n'; 300], b"", 0)),
+        errno(m.set_xattr(a.ino, b"", b"", XattrMode::default())),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        errno(m.set_xattr(a.ino, &[b'n'; 300], b"", XattrMode::default())),
         Errno::ERANGE
     );
     assert_eq!(
-        errno(m.set_xattr(a.ino, b"user.big", &vec![0; 70000], 0)),
+        errno(m.set_xattr(a.ino, b"user.big", &vec![0; 70000], XattrMode::default())),
         Errno::E2BIG
     );
 }
@@ -397,7 +393,8 @@ fn purge_log() {
     m.link_count(a.ino, -1).unwrap();
     m.link_count(d.ino, -2).unwrap();
     assert_eq!(m.orphans().unwrap(), vec![a.ino, d.ino]);
-    m.set_xattr(a.ino, b"user.x", b"y", 0).unwrap();
+    m.set_xattr(a.ino, b"user.x", b"y", XattrMode::default())
+        .unwrap();
     assert!(m.begin_purge(a.ino).unwrap());
     assert!(
         !m.begin_purge(a.ino).unwrap(),
@@ -431,19 +428,10 @@ fn survives_reopen_and_refuses_after_close() {
         index: ServerIndex(3),
         ..HOME
     };
-    let req = CreateReq {
-        parent: ROOT_INODE,
-        name: b"x".to_vec(),
-        kind: FileKind::Regular,
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        target: Vec::new(),
+    let req = NewNode {
         stripe_size: 8192,
         stripe_width: 9,
-        open: false,
-        xattrs: Vec::new(),
+        ..NewNode::new(ROOT_INODE, b"x", FileKind::Regular, 0o644, 0, 0)
     };
     let a = m.create(&req, home).unwrap();
     assert_eq!(a.ino, InodeNo::compose(ServerIndex(3), 1));
@@ -455,7 +443,7 @@ fn survives_reopen_and_refuses_after_close() {
     assert_eq!(m.get_attr(a.ino).unwrap(), a);
     let b = m
         .create(
-            &CreateReq {
+            &NewNode {
                 name: b"y".to_vec(),
                 ..req.clone()
             },
@@ -465,7 +453,7 @@ fn survives_reopen_and_refuses_after_close() {
     assert_eq!(b.ino.counter(), 2, "the counter survives a reopen");
     assert_eq!(
         errno(m.create(
-            &CreateReq {
+            &NewNode {
                 stripe_size: 1000,
                 ..req
             },
@@ -480,24 +468,19 @@ fn truncate_that_changes_the_size_updates_mtime() {
     let (_d, m) = store();
     let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
     let old = Timespec { sec: 10, nsec: 0 };
-    let mut req = SetAttrReq {
-        ino: a.ino,
-        valid: setattr::MTIME,
-        mode: 0,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        atime: old,
-        mtime: old,
-        ctime: old,
+    let mtime = AttrChange {
+        mtime: Some(TimeChange::At(old)),
+        ..AttrChange::default()
     };
-    assert_eq!(m.set_attr(&req).unwrap().mtime, old);
-    req.valid = setattr::SIZE;
-    req.size = 5;
-    let b = m.set_attr(&req).unwrap();
+    assert_eq!(m.set_attr(a.ino, &mtime).unwrap().mtime, old);
+    let size = AttrChange {
+        size: Some(SizeChange::Set(5)),
+        ..AttrChange::default()
+    };
+    let b = m.set_attr(a.ino, &size).unwrap();
     assert!(b.mtime > old, "size change must set mtime");
     // Same size again: mtime stays (as ext4 does).
-    let c = m.set_attr(&req).unwrap();
+    let c = m.set_attr(a.ino, &size).unwrap();
     assert_eq!(c.mtime, b.mtime);
 }
 

@@ -7,11 +7,11 @@
 
 use crate::error::{fs, StoreResult};
 use crate::meta::{rows, MetaStore};
+use crate::meta::{NewNode, XattrMode};
 use crate::names::{check_xattr_name, check_xattr_value};
 use rusqlite::{params, Connection, OptionalExtension};
 use spillway_types::acl::{Acl, ACCESS_XATTR, DEFAULT_XATTR};
 use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec};
-use spillway_wire::{xattr_flags, CreateReq};
 
 /// An extended attribute to store: (name, value).
 pub(super) type NameValue = (Vec<u8>, Vec<u8>);
@@ -109,27 +109,27 @@ pub(super) fn chmod_acl(tx: &Connection, a: &Attr) -> StoreResult<()> {
 /// What a create's extended attributes make of the new inode, checked before anything
 /// is written: its mode (an access ACL sets the permission bits) and the xattrs to
 /// store with it. Protocol errors only (EINVAL for a bad list or ACL).
-pub(super) fn initial(req: &CreateReq) -> StoreResult<(u32, Vec<NameValue>)> {
+pub(super) fn initial(req: &NewNode) -> StoreResult<(u32, Vec<NameValue>)> {
     let mut mode = req.mode & 0o7777;
     if req.xattrs.len() > MAX_INITIAL_XATTRS {
         return Err(fs(Errno::EINVAL));
     }
     let mut out: Vec<NameValue> = Vec::with_capacity(req.xattrs.len());
-    for x in &req.xattrs {
-        check_xattr_name(&x.name)?;
-        check_xattr_value(&x.value)?;
-        if out.iter().any(|(n, _)| *n == x.name) {
+    for (name, value) in &req.xattrs {
+        check_xattr_name(name)?;
+        check_xattr_value(value)?;
+        if out.iter().any(|(n, _)| n == name) {
             return Err(fs(Errno::EINVAL));
         }
-        let mut value = x.value.clone();
-        if is_acl(&x.name) {
-            let acl = acl(&x.value)?;
+        let mut value = value.clone();
+        if is_acl(name) {
+            let acl = acl(&value)?;
             let wrong_kind = req.kind == FileKind::Symlink
-                || (x.name == DEFAULT_XATTR && req.kind != FileKind::Directory);
+                || (name == DEFAULT_XATTR && req.kind != FileKind::Directory);
             if wrong_kind {
                 return Err(fs(Errno::EINVAL));
             }
-            if x.name == ACCESS_XATTR {
+            if name == ACCESS_XATTR {
                 let (bits, equivalent) = acl.equiv_mode();
                 mode = (mode & !0o777) | bits;
                 if equivalent {
@@ -138,7 +138,7 @@ pub(super) fn initial(req: &CreateReq) -> StoreResult<(u32, Vec<NameValue>)> {
             }
             value = acl.to_bytes();
         }
-        out.push((x.name.clone(), value));
+        out.push((name.clone(), value));
     }
     Ok((mode, out))
 }
@@ -162,20 +162,15 @@ impl MetaStore {
         ino: InodeNo,
         name: &[u8],
         value: &[u8],
-        flags: u32,
+        how: XattrMode,
     ) -> StoreResult<()> {
         check_xattr_name(name)?;
         check_xattr_value(value)?;
-        let known = xattr_flags::CREATE | xattr_flags::REPLACE | xattr_flags::ACL_KILL_SGID;
-        if flags & !known != 0 {
-            return Err(fs(Errno::EINVAL));
-        }
         if is_acl(name) {
             // Linux ignores XATTR_CREATE/REPLACE for ACLs (vfs_set_acl takes no flags).
-            let kill_sgid = flags & xattr_flags::ACL_KILL_SGID != 0;
             return self.txn(|tx| {
                 let mut a = rows::get_inode(tx, ino)?.ok_or(fs(Errno::ENOENT))?;
-                set_acl(tx, &mut a, name, value, kill_sgid)?;
+                set_acl(tx, &mut a, name, value, how.acl_kill_sgid)?;
                 a.ctime = Timespec::now();
                 rows::update_inode(tx, &a)
             });
@@ -183,10 +178,10 @@ impl MetaStore {
         self.txn(|tx| {
             touch_ctime(tx, ino)?;
             let present = get(tx, ino, name)?.is_some();
-            if flags & xattr_flags::CREATE != 0 && present {
+            if how.must_create && present {
                 return Err(fs(Errno::EEXIST));
             }
-            if flags & xattr_flags::REPLACE != 0 && !present {
+            if how.must_replace && !present {
                 return Err(fs(Errno::ENODATA));
             }
             put(tx, ino, name, value)

@@ -3,13 +3,14 @@
 
 use crate::error::{fs, StoreResult};
 use crate::registry::Registry;
+use crate::service::metadata;
 use crate::service::session::InstanceSession;
 use crate::stage::Stages;
 use spillway_types::Errno;
 use spillway_wire::serve::Reply;
 use spillway_wire::{
-    AttrReply, BytesReply, Empty, FragmentListReply, InsertEntryReply, NamesReply,
-    RemoveEntryReply, Request, StatFsReply, StripeInfoReply, WriteReply,
+    AttrReply, BytesReply, Empty, FragmentListReply, LookupReply, NamesReply, ReadDirReply,
+    Request, StatFsReply, StripeInfoReply, WriteReply,
 };
 use std::time::Instant;
 
@@ -54,42 +55,24 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
             return Err(fs(Errno::EPERM));
         }
         // ---- metadata
-        Request::LookupReq(r) => Reply::of(&f.meta.lookup(r.parent, &r.name, f.index())?),
+        Request::LookupReq(r) => Reply::of(&LookupReply::from(f.meta.lookup(
+            r.parent,
+            &r.name,
+            f.index(),
+        )?)),
         Request::GetAttrReq(r) => attr(f.meta.get_attr(r.ino)?),
-        Request::SetAttrReq(r) => attr(f.set_attr(&r)?),
-        Request::CreateReq(r) => {
-            let a = f.meta.create(&r, f.home())?;
-            if a.kind == spillway_types::FileKind::Regular {
-                f.stats
-                    .files_created
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            if r.open {
-                attr(s.open(a.ino)?)
-            } else {
-                attr(a)
-            }
-        }
-        Request::RemoveEntryReq(r) => Reply::of(&RemoveEntryReply {
-            removed: f.meta.remove_entry(r.parent, &r.name, r.want)?,
-        }),
-        Request::InsertEntryReq(r) => Reply::of(&InsertEntryReply {
-            replaced: f
-                .meta
-                .insert_entry(r.parent, &r.name, &r.entry, r.replace)?,
-        }),
-        Request::RenameReq(r) => Reply::of(&f.meta.rename(
-            r.old_parent,
-            &r.old_name,
-            r.new_parent,
-            &r.new_name,
-            r.flags,
-        )?),
+        Request::SetAttrReq(r) => attr(metadata::set_attr(s, &r)?),
+        Request::CreateReq(r) => attr(metadata::create(s, r)?),
+        Request::RemoveEntryReq(r) => Reply::of(&metadata::remove_entry(s, &r)?),
+        Request::InsertEntryReq(r) => Reply::of(&metadata::insert_entry(s, &r)?),
+        Request::RenameReq(r) => Reply::of(&metadata::rename(s, &r)?),
         Request::LinkCountReq(r) => attr(f.link_count(r.ino, r.delta)?),
         Request::TouchDirReq(r) => attr(f.meta.touch_dir(r.ino, r.nlink_delta)?),
         Request::SealDirReq(r) => f.meta.seal_dir(r.ino).map(|()| empty())?,
         Request::UnsealDirReq(r) => f.meta.unseal_dir(r.ino).map(|()| empty())?,
-        Request::ReadDirReq(r) => Reply::of(&f.meta.read_dir(r.dir, &r.after, r.max)?),
+        Request::ReadDirReq(r) => Reply::of(&ReadDirReply::from(
+            f.meta.read_dir(r.dir, &r.after, r.max)?,
+        )),
         Request::OpenReq(r) => attr(s.open(r.ino)?),
         Request::ReleaseReq(r) => {
             s.release(r.ino);
@@ -108,10 +91,7 @@ pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
                     .set_layout(r.ino, r.stripe_size, r.stripe_width, f.home().count)?,
             )
         }
-        Request::SetXattrReq(r) => f
-            .meta
-            .set_xattr(r.ino, &r.name, &r.value, r.flags)
-            .map(|()| empty())?,
+        Request::SetXattrReq(r) => metadata::set_xattr(s, &r).map(|()| empty())?,
         Request::GetXattrReq(r) => Reply::of(&BytesReply {
             value: f.meta.get_xattr(r.ino, &r.name)?,
         }),

@@ -3,8 +3,12 @@
 //!
 //! * `session`  — per-connection state and its open handles.
 //! * `dispatch` — request to handler.
+//! * `metadata` — the metadata handlers that turn flag words into store arguments.
+//! * `convert`  — wire metadata messages to and from the metadata store's types.
 
+mod convert;
 mod dispatch;
+mod metadata;
 mod session;
 
 use crate::auth::ct_eq;
@@ -83,8 +87,12 @@ impl Service for SpillwayService {
         if !(req.version_min <= PROTOCOL_VERSION && PROTOCOL_VERSION <= req.version_max) {
             return Err(Errno::EPROTO);
         }
-        match req.role {
-            role::ADMIN => {
+        // An unknown role decodes (it is a byte in HelloReq) and is refused here.
+        let Some(role) = req.role() else {
+            return Err(Errno::EINVAL);
+        };
+        match role {
+            Role::Admin => {
                 if !self.admin_credential_ok(&req.credential, peer) {
                     return Err(Errno::EACCES);
                 }
@@ -96,14 +104,14 @@ impl Service for SpillwayService {
                 };
                 Ok((reply, Session::Admin))
             }
-            role::CLIENT | role::PEER => {
+            Role::Client | Role::Peer => {
                 let Some(fragment) = self.registry.get(req.instance).filter(|f| !f.is_closed())
                 else {
                     tracing::info!(%peer, name = ?req.peer_name, instance = req.instance, role = req.role, "refused: no fragment of this instance here");
                     return Err(Errno::ENOENT);
                 };
                 let secret = fragment.config.credential_bytes();
-                if req.role == role::CLIENT {
+                if role == Role::Client {
                     // Clients never hold the instance secret, only a capability keyed
                     // by it, so that what a compute node leaks opens one instance, from
                     // that node's addresses, until the capability expires.
@@ -137,10 +145,9 @@ impl Service for SpillwayService {
                 };
                 Ok((
                     reply,
-                    Session::Instance(InstanceSession::new(fragment, req.role == role::PEER)),
+                    Session::Instance(InstanceSession::new(fragment, role == Role::Peer)),
                 ))
             }
-            _ => Err(Errno::EINVAL),
         }
     }
 

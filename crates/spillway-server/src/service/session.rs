@@ -12,7 +12,7 @@ pub enum Session {
     Instance(InstanceSession),
 }
 
-/// A `role::CLIENT` or `role::PEER` session: both may send every metadata and data
+/// A `Role::Client` or `Role::Peer` session: both may send every metadata and data
 /// request; only peers (other servers of the instance, proven by the instance secret)
 /// may ask for stage copies, which act on the PFS as a uid they name.
 pub struct InstanceSession {

@@ -12,14 +12,14 @@ use super::pfs::fstat;
 use crate::error::{fs, StoreError, StoreResult};
 use crate::fragment::Fragment;
 use spillway_placement::Layout;
-use spillway_types::identity::Identity;
 use spillway_types::Errno;
-use spillway_wire::{stage_dir, StageStripesReply, StageStripesReq, StageSyncReq};
-use std::collections::HashMap;
+use spillway_wire::{StageDir, StageStripesReply, StageStripesReq, StageSyncReq};
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+
+/// `DataStore::fill_from`'s `direct` for the stripes of a file copied range by range:
+/// written with O_DIRECT, as nothing reads them soon.
+const DIRECT: bool = true;
 
 /// The pieces of the file in `[from, to)` that lie in stripes of server `me`:
 /// (stripe, offset within the stripe, length, offset in the file).
@@ -58,29 +58,6 @@ pub fn my_pieces(
     out
 }
 
-/// Who uid N is, looked up at most once a minute (a stage of 5,000 small files asks
-/// 5,000 times).
-pub(super) fn identity(uid: u32) -> Result<Identity, Errno> {
-    static CACHE: Mutex<Option<HashMap<u32, (Instant, Identity)>>> = Mutex::new(None);
-    const TTL: Duration = Duration::from_secs(60);
-    let mut g = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let map = g.get_or_insert_with(HashMap::new);
-    if let Some((at, id)) = map.get(&uid) {
-        if at.elapsed() < TTL {
-            return Ok(id.clone());
-        }
-    }
-    let id = Identity::of_uid(uid).map_err(|e| {
-        tracing::warn!("stage: {e}");
-        Errno::EACCES
-    })?;
-    if map.len() > 4096 {
-        map.clear();
-    }
-    map.insert(uid, (Instant::now(), id.clone()));
-    Ok(id)
-}
-
 pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesReply> {
     // The ticket first: a request without a valid one learns nothing else.
     let grant = super::ticket::check(f, &r.ticket, None, r.direction, "StageStripes")
@@ -94,7 +71,7 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
         return Ok(StageStripesReply { bytes: 0 });
     }
     let pfs = grant.pfs;
-    let flags = if r.direction == stage_dir::IN {
+    let flags = if r.direction == StageDir::In {
         libc::O_RDONLY
     } else {
         libc::O_WRONLY
@@ -111,7 +88,7 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
     // Stage-out: the same file again with O_DIRECT for the block-aligned bulk of each
     // piece (DataStore::drain_to says why); None where the PFS does not do direct I/O.
     let mut direct = None;
-    if r.direction == stage_dir::OUT {
+    if r.direction == StageDir::Out {
         for &(k, _, len, _) in &pieces {
             f.data.will_read(r.ino, k, u64::from(len));
         }
@@ -138,8 +115,8 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
     let mut covered = 0u64;
     let mut moved = 0u64;
     for &(k, within, len, at) in &pieces {
-        if r.direction == stage_dir::IN {
-            let n = f.data.fill_from(r.ino, k, within, len, &file, at, true)?;
+        if r.direction == StageDir::In {
+            let n = f.data.fill_from(r.ino, k, within, len, &file, at, DIRECT)?;
             if n != u64::from(len) {
                 tracing::info!(
                     ino = %r.ino,
@@ -164,7 +141,7 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
         }
         covered += u64::from(len);
     }
-    if r.direction == stage_dir::IN {
+    if r.direction == StageDir::In {
         f.stats.stage_bytes_read.fetch_add(moved, Ordering::Relaxed);
     } else {
         f.stats
@@ -181,7 +158,7 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
 pub fn sync(f: &Fragment, r: &StageSyncReq) -> StoreResult<()> {
     super::ticket::check(f, &r.ticket, None, r.direction, "StageSync")
         .map_err(|e| fs(Errno(e.errno)))?;
-    if r.direction == stage_dir::IN {
+    if r.direction == StageDir::In {
         return syncfs(f.dir()).map_err(StoreError::Io);
     }
     for root in &f.pfs_roots {

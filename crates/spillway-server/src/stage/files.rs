@@ -15,33 +15,32 @@
 //! must not change meanwhile; the owner must be allowed to write (replace) or read the
 //! instance file. Durability comes after, from `StageSyncReq`.
 
-use super::ns::{may, MAY_READ, MAY_WRITE};
+use super::ns::{check_may, regular_file, MAY_READ, MAY_WRITE};
 use super::pfs::{unchanged_since, Pfs, PfsStat};
 use super::Failure;
 use crate::error::{fs, StoreResult};
 use crate::fragment::Fragment;
+use crate::meta::{AttrChange, NewNode};
 use spillway_placement::{dentry_server, Layout};
 use spillway_types::identity::Identity;
 use spillway_types::tunables::MAX_STAGE_BATCH_FILES;
 use spillway_types::{Attr, Errno, FileKind, StripeIndex};
 use spillway_wire::{
-    stage_dir, stage_file_outcome, CreateReq, StageFileResult, StageFileSpec, StageFilesReply,
-    StageFilesReq,
+    stage_file_outcome, StageDir, StageFileResult, StageFileSpec, StageFilesReply, StageFilesReq,
 };
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
 pub fn files(f: &Fragment, r: &StageFilesReq) -> StoreResult<StageFilesReply> {
-    if r.files.len() > MAX_STAGE_BATCH_FILES
-        || (r.direction != stage_dir::IN && r.direction != stage_dir::OUT)
-    {
+    // (An unknown direction does not decode: StageDir.)
+    if r.files.len() > MAX_STAGE_BATCH_FILES {
         return Err(fs(Errno::EINVAL));
     }
     let grant = super::ticket::check(f, &r.ticket, None, r.direction, "StageFiles")
         .map_err(|e| fs(Errno(e.errno)))?;
     let id = grant.identity().clone();
     let pfs = grant.pfs;
-    let outcomes = if r.direction == stage_dir::IN {
+    let outcomes = if r.direction == StageDir::In {
         batch_in(f, &pfs, &id, &r.files)
     } else {
         batch_out(f, &pfs, &id, &r.files)
@@ -71,6 +70,10 @@ pub fn files(f: &Fragment, r: &StageFilesReq) -> StoreResult<StageFilesReply> {
         .collect();
     Ok(StageFilesReply { results })
 }
+
+/// `DataStore::fill_from`'s `direct` for a small file's only stripe: buffered, made
+/// durable with the batch's others by one syncfs instead of a synchronous write each.
+const DIRECT: bool = false;
 
 /// `Ok(None)`: not this server's to do alone (ELSEWHERE).
 type Outcome = Result<Option<u64>, Failure>;
@@ -126,19 +129,17 @@ fn batch_in(f: &Fragment, pfs: &Pfs, id: &Identity, specs: &[StageFileSpec]) -> 
             out[i] = Some(Ok(None));
             continue;
         }
-        creates.push(CreateReq {
-            parent: s.parent,
-            name: s.name.clone(),
-            kind: FileKind::Regular,
-            mode: st.mode & 0o7777,
-            uid: id.uid,
-            gid: s.gid,
-            rdev: 0,
-            target: Vec::new(),
+        creates.push(NewNode {
             stripe_size,
             stripe_width: s.stripe_width,
-            open: false,
-            xattrs: Vec::new(),
+            ..NewNode::new(
+                s.parent,
+                s.name.clone(),
+                FileKind::Regular,
+                st.mode & 0o7777,
+                id.uid,
+                s.gid,
+            )
         });
         todo.push((i, file, st));
     }
@@ -191,7 +192,8 @@ fn batch_in(f: &Fragment, pfs: &Pfs, id: &Identity, specs: &[StageFileSpec]) -> 
         held.push(attr.ino);
         match fill(f, &file, &st, &attr, s) {
             Ok(()) => {
-                sizes.push(super::staged_size_and_times(attr.ino, &st));
+                let change = AttrChange::from(&super::staged_size_and_times(attr.ino, &st));
+                sizes.push((attr.ino, change));
                 sized.push((i, st.size));
             }
             Err(e) => out[i] = Some(Err(e)),
@@ -250,13 +252,8 @@ fn replaceable(
     {
         return Ok(None);
     }
-    if !may(&a, id, MAY_WRITE) {
-        return Err(Failure::new(
-            libc::EACCES,
-            format!("{}: permission denied (write on the file)", s.shown),
-        ));
-    }
-    f.set_attr(&super::replacing(&a, id, st.mode))
+    check_may(&a, id, MAY_WRITE, &s.shown, "write on the file")?;
+    f.set_attr(a.ino, &AttrChange::from(&super::replacing(&a, id, st.mode)))
         .map(Some)
         .map_err(|e| store_failure(e, &s.shown, "truncate"))
 }
@@ -275,7 +272,7 @@ fn fill(
     let len = st.size as u32;
     let n = f
         .data
-        .fill_from(attr.ino, 0, 0, len, file, 0, false)
+        .fill_from(attr.ino, 0, 0, len, file, 0, DIRECT)
         .map_err(|e| store_failure(e, &s.shown, "copying from the PFS"))?;
     if n != st.size {
         return Err(Failure::new(
@@ -375,20 +372,8 @@ fn staged_out_here(
         .meta
         .get_attr(s.ino)
         .map_err(|e| store_failure(e, &s.shown, "getattr"))?;
-    if a.kind != FileKind::Regular {
-        let e = if a.kind == FileKind::Directory {
-            libc::EISDIR
-        } else {
-            libc::EINVAL
-        };
-        return Err(Failure::new(e, format!("{}: not a regular file", s.shown)));
-    }
-    if !may(&a, id, MAY_READ) {
-        return Err(Failure::new(
-            libc::EACCES,
-            format!("{}: permission denied (read on the file)", s.shown),
-        ));
-    }
+    regular_file(&a, || format!("{}: not a regular file", s.shown))?;
+    check_may(&a, id, MAY_READ, &s.shown, "read on the file")?;
     if !first_stripe_here(f, &a) || a.size > u64::from(a.stripe_size) {
         return Ok(None);
     }

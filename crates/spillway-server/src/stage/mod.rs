@@ -4,12 +4,15 @@
 //! The owner's uid, gid and groups are worn by one thread at a time
 //! (`spillway_types::identity`).
 //!
-//! * `pfs`         — PFS paths: only under the configured roots, only as the owner.
+//! * `pfs`         — PFS paths: only under the configured roots, only as the owner
+//!   (`openat2(RESOLVE_BENEATH)`).
 //! * `ns`          — the instance's namespace as the owner may see it (permission checks).
 //! * `copy`        — one server's share of one file: its stripes to or from the PFS.
 //! * `files`       — whole small files one server stages alone, many per request.
-//! * `coordinator` — a whole stage: enumerate, create names, hand files to the servers
-//!   holding their stripes, group-commit metadata, report per file.
+//! * `coordinator` — a whole stage (a directory of its parts): enumerate, create names,
+//!   hand files to the servers holding their stripes, group-commit metadata, report per
+//!   file.
+//! * `run`         — one stage as progress requests see it: state, counters, events.
 //! * `leftovers`   — a journal of a stage-out's temporaries, which a restarted server
 //!   removes.
 //! * `temp`        — stage-out temporaries: written beside the destination, renamed
@@ -27,6 +30,7 @@ pub mod files;
 mod leftovers;
 mod ns;
 pub mod pfs;
+mod run;
 mod temp;
 mod ticket;
 
@@ -34,15 +38,15 @@ use crate::error::{fs, StoreResult};
 use crate::registry::Registry;
 use spillway_types::{Attr, Errno, InodeNo, Timespec, Tunables};
 use spillway_wire::{
-    setattr, stage_state, SetAttrReq, StageCancelReq, StageFileEvent, StageForgetReq,
-    StageProgressReply, StageProgressReq, StageStartReq,
+    setattr, stage_state, SetAttrReq, StageCancelReq, StageDir, StageForgetReq, StageProgressReply,
+    StageProgressReq, StageStartReq,
 };
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use leftovers::clean_at_start as clean_leftovers;
+pub use run::Run;
 
 /// The SetAttr that gives a staged-in file the size and times its source had: the size
 /// without cutting data (the stripes were just written), atime and mtime kept.
@@ -100,185 +104,6 @@ impl std::fmt::Display for Failure {
 
 /// Longest a progress request waits for news.
 const MAX_PROGRESS_WAIT: Duration = Duration::from_secs(10);
-/// Most events in one progress reply (bounded frames; the manager asks again).
-const MAX_EVENTS_PER_REPLY: usize = 4096;
-
-/// What the coordinator knows of a stage, read by progress requests.
-#[derive(Default)]
-struct Progress {
-    state: u8,
-    enumerated: bool,
-    files_total: u64,
-    files_done: u64,
-    files_failed: u64,
-    bytes_total: u64,
-    bytes_done: u64,
-    /// Events from number `base` on; those before it were acknowledged and dropped.
-    events: VecDeque<StageFileEvent>,
-    base: u64,
-    error: String,
-}
-
-/// One stage this server coordinates.
-pub struct Run {
-    pub stage: u64,
-    progress: Mutex<Progress>,
-    news: Condvar,
-    cancel: AtomicBool,
-}
-
-impl Run {
-    fn new(stage: u64) -> Run {
-        Run {
-            stage,
-            progress: Mutex::new(Progress {
-                state: stage_state::RUNNING,
-                ..Progress::default()
-            }),
-            news: Condvar::new(),
-            cancel: AtomicBool::new(false),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Progress> {
-        self.progress.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::SeqCst)
-    }
-
-    /// The file list is known.
-    fn enumerated(&self, files: u64, bytes: u64, pending: Vec<String>) {
-        let mut p = self.lock();
-        p.enumerated = true;
-        p.files_total = files;
-        p.bytes_total = bytes;
-        p.events
-            .extend(pending.into_iter().map(|path| StageFileEvent {
-                path,
-                state: spillway_wire::file_state::PENDING,
-                errno: 0,
-                message: String::new(),
-                bytes: 0,
-            }));
-        drop(p);
-        self.news.notify_all();
-    }
-
-    /// Bytes copied that are not yet part of a completed file (progress of big files).
-    fn add_bytes(&self, n: u64) {
-        self.lock().bytes_done += n;
-        self.news.notify_all();
-    }
-
-    fn file_done(&self, path: String, bytes: u64) {
-        let mut p = self.lock();
-        p.files_done += 1;
-        p.events.push_back(StageFileEvent {
-            path,
-            state: spillway_wire::file_state::COMPLETE,
-            errno: 0,
-            message: String::new(),
-            bytes,
-        });
-        drop(p);
-        self.news.notify_all();
-    }
-
-    fn file_failed(&self, path: String, f: &Failure) {
-        tracing::info!(stage = self.stage, "{}", f.message);
-        let mut p = self.lock();
-        p.files_failed += 1;
-        if p.error.is_empty() {
-            p.error = f.message.clone();
-        }
-        p.events.push_back(StageFileEvent {
-            path,
-            state: spillway_wire::file_state::FAILED,
-            errno: f.errno,
-            message: f.message.clone(),
-            bytes: 0,
-        });
-        drop(p);
-        self.news.notify_all();
-    }
-
-    /// The stage as a whole failed before or beside its files.
-    fn fail(&self, message: &str) {
-        let mut p = self.lock();
-        if p.error.is_empty() {
-            p.error = message.to_string();
-        }
-    }
-
-    fn finish(&self) {
-        let mut p = self.lock();
-        p.state = if self.cancelled() {
-            stage_state::TERMINATED
-        } else if !p.error.is_empty() || p.files_failed > 0 {
-            stage_state::FAILED
-        } else {
-            stage_state::COMPLETE
-        };
-        tracing::info!(
-            stage = self.stage,
-            state = p.state,
-            files = p.files_done,
-            failed = p.files_failed,
-            bytes = p.bytes_done,
-            "stage ended"
-        );
-        drop(p);
-        self.news.notify_all();
-    }
-
-    fn report(&self, cursor: u64, wait: Duration) -> StageProgressReply {
-        let mut p = self.lock();
-        // Everything before the cursor has reached the manager: drop it.
-        while p.base < cursor && !p.events.is_empty() {
-            p.events.pop_front();
-            p.base += 1;
-        }
-        let has_news = |p: &Progress| {
-            p.state != stage_state::RUNNING || p.base + (p.events.len() as u64) > cursor
-        };
-        if !has_news(&p) && !wait.is_zero() {
-            let (g, _) = self
-                .news
-                .wait_timeout_while(p, wait, |p| !has_news(p))
-                .unwrap_or_else(|e| e.into_inner());
-            p = g;
-        }
-        let skip = cursor.saturating_sub(p.base) as usize;
-        let events: Vec<StageFileEvent> = p
-            .events
-            .iter()
-            .skip(skip)
-            .take(MAX_EVENTS_PER_REPLY)
-            .cloned()
-            .collect();
-        let next = p.base + skip as u64 + events.len() as u64;
-        // The end is only reported once every event has been handed out.
-        let all_out = next == p.base + p.events.len() as u64;
-        StageProgressReply {
-            state: if all_out {
-                p.state
-            } else {
-                stage_state::RUNNING
-            },
-            enumerated: p.enumerated,
-            files_total: p.files_total,
-            files_done: p.files_done,
-            files_failed: p.files_failed,
-            bytes_total: p.bytes_total,
-            bytes_done: p.bytes_done,
-            events,
-            cursor: next,
-            error: p.error.clone(),
-        }
-    }
-}
 
 /// The stages this server coordinates, by stage id.
 pub struct Stages {
@@ -317,7 +142,7 @@ impl Stages {
         )
         .map_err(|f| fs(Errno(f.errno)))?;
         for p in &req.pairs {
-            let (pfs, inside) = if req.direction == spillway_wire::stage_dir::IN {
+            let (pfs, inside) = if req.direction == StageDir::In {
                 (&p.source, &p.destination)
             } else {
                 (&p.destination, &p.source)
@@ -356,18 +181,7 @@ impl Stages {
                 req.cursor,
                 Duration::from_millis(u64::from(req.wait_ms)).min(MAX_PROGRESS_WAIT),
             ),
-            None => StageProgressReply {
-                state: stage_state::UNKNOWN,
-                enumerated: false,
-                files_total: 0,
-                files_done: 0,
-                files_failed: 0,
-                bytes_total: 0,
-                bytes_done: 0,
-                events: Vec::new(),
-                cursor: req.cursor,
-                error: String::new(),
-            },
+            None => run::empty_report(stage_state::UNKNOWN, req.cursor),
         }
     }
 
@@ -375,8 +189,7 @@ impl Stages {
         let run = self.runs().get(&req.stage).cloned();
         match run {
             Some(run) => {
-                run.cancel.store(true, Ordering::SeqCst);
-                run.news.notify_all();
+                run.cancel();
                 Ok(())
             }
             None => Err(fs(Errno::ENOENT)),
@@ -388,7 +201,7 @@ impl Stages {
         let mut runs = self.runs();
         match runs.get(&req.stage) {
             None => Ok(()),
-            Some(run) if run.lock().state == stage_state::RUNNING => Err(fs(Errno::EBUSY)),
+            Some(run) if run.running() => Err(fs(Errno::EBUSY)),
             Some(_) => {
                 runs.remove(&req.stage);
                 Ok(())

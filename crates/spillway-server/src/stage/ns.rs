@@ -43,6 +43,31 @@ fn denied(path: &str, what: &str) -> Failure {
     Failure::new(libc::EACCES, format!("{path}: permission denied ({what})"))
 }
 
+/// Check `id` may access `a` for `want` (a mask of MAY_*); EACCES naming `path` and
+/// `what` was asked (`"read on the file"`) if not.
+pub fn check_may(
+    a: &Attr,
+    id: &Identity,
+    want: u32,
+    path: &str,
+    what: &str,
+) -> Result<(), Failure> {
+    if !may(a, id, want) {
+        return Err(denied(path, what));
+    }
+    Ok(())
+}
+
+/// Fail unless `a` is a regular file, as `open` would for a copy: EISDIR for a
+/// directory, EINVAL for anything else, saying `message()`.
+pub fn regular_file(a: &Attr, message: impl FnOnce() -> String) -> Result<(), Failure> {
+    match a.kind {
+        FileKind::Regular => Ok(()),
+        FileKind::Directory => Err(Failure::new(libc::EISDIR, message())),
+        _ => Err(Failure::new(libc::EINVAL, message())),
+    }
+}
+
 /// The components of an instance path ("/a/b" → ["a", "b"]); `..` is refused.
 pub fn components(path: &str) -> Result<Vec<&str>, Failure> {
     if !path.starts_with('/') {

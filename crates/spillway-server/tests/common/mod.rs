@@ -11,8 +11,9 @@ use spillway_types::descriptor::decode_hex;
 use spillway_types::stage_ticket::{self, StageTicket};
 use spillway_types::{Attr, Errno, FileKind, InodeNo, StripeIndex, Tunables, ROOT_INODE};
 use spillway_wire::{
-    role, Call, CreateReq, Endpoint, ExtendSizeReq, FragmentCreateReq, GetAttrReq, HelloReq,
-    LookupReply, LookupReq, ReadDirReq, ReadReq, StripeInfoReq, StripeLen, WriteReq,
+    AttrReply, Call, CreateReq, Endpoint, ExtendSizeReq, FragmentCreateReq, GetAttrReq, HelloReq,
+    LinkCountReq, LookupReply, LookupReq, ReadDirReq, ReadReq, Role, StageDir, StageFileResult,
+    StageFileSpec, StageFilesReq, StripeInfoReq, StripeLen, WriteReq,
 };
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -52,7 +53,7 @@ pub fn capability() -> Vec<u8> {
 
 /// The hello of a client of the test instance.
 pub fn client_hello() -> HelloReq {
-    hello(role::CLIENT, INSTANCE, &capability())
+    hello(Role::Client, INSTANCE, &capability())
 }
 
 pub fn tunables() -> Tunables {
@@ -65,11 +66,12 @@ pub fn tunables() -> Tunables {
     }
 }
 
-pub fn hello(role: u8, instance: u64, credential: &[u8]) -> HelloReq {
+/// `role`: a `Role`, or any byte (a role no build knows, to see it refused).
+pub fn hello(role: impl Into<u8>, instance: u64, credential: &[u8]) -> HelloReq {
     HelloReq {
         version_min: 1,
         version_max: 1,
-        role,
+        role: role.into(),
         instance,
         credential: credential.to_vec(),
         peer_name: "test".into(),
@@ -143,7 +145,7 @@ impl Node {
 
     /// The admin role through another of the server's addresses (a wildcard listener).
     pub fn admin_at(&self, addr: SocketAddr) -> Endpoint {
-        endpoint(addr, hello(role::ADMIN, 0, &admin_key(&self.root)))
+        endpoint(addr, hello(Role::Admin, 0, &admin_key(&self.root)))
     }
 
     /// Purges of the test instance this server still owes, as an operator sees them
@@ -159,16 +161,42 @@ impl Node {
     }
 }
 
+/// One file staged alone by the server behind `peer` (a peer connection): a
+/// `StageFilesReq` of that file, which must be answered, and the file's result.
+pub fn stage_one(
+    peer: &Endpoint,
+    direction: StageDir,
+    ticket: Vec<u8>,
+    file: StageFileSpec,
+) -> StageFileResult {
+    let files = vec![file];
+    let r = peer
+        .call(&StageFilesReq {
+            direction,
+            ticket,
+            files,
+        })
+        .expect("StageFiles");
+    r.results.into_iter().next().expect("one result per file")
+}
+
+/// `stage_one`, which must be done.
+pub fn stage_one_done(peer: &Endpoint, direction: StageDir, ticket: Vec<u8>, file: StageFileSpec) {
+    let x = stage_one(peer, direction, ticket, file);
+    let done = spillway_wire::stage_file_outcome::DONE;
+    assert_eq!(x.outcome, done, "{}", x.message);
+}
+
 /// A stage ticket for the test instance, signed with its secret as the manager signs
 /// one: stage `stage`, as `uid`, `direction`, covering `pfs` and `inside`, for an hour.
-pub fn ticket(stage: u64, uid: u32, direction: u8, pfs: &[&str], inside: &[&str]) -> Vec<u8> {
+pub fn ticket(stage: u64, uid: u32, direction: StageDir, pfs: &[&str], inside: &[&str]) -> Vec<u8> {
     ticket_for(
         SECRET,
         &StageTicket {
             instance: INSTANCE,
             stage,
             uid,
-            direction,
+            direction: direction.into(),
             expires: unix_now() + 3600,
             pfs_paths: pfs.iter().map(|p| p.to_string()).collect(),
             instance_paths: inside.iter().map(|p| p.to_string()).collect(),
@@ -260,7 +288,7 @@ impl Cluster {
     pub fn peer(&self, i: u16) -> Endpoint {
         endpoint(
             self.nodes[usize::from(i)].addr,
-            hello(role::PEER, INSTANCE, SECRET),
+            hello(Role::Peer, INSTANCE, SECRET),
         )
     }
 
@@ -294,18 +322,9 @@ impl Cluster {
         stripe_width: u16,
     ) -> Result<Attr, Errno> {
         let req = CreateReq {
-            parent,
-            name: name.as_bytes().to_vec(),
-            kind,
-            mode: 0o644,
-            uid: 1000,
-            gid: 100,
-            rdev: 0,
-            target: Vec::new(),
             stripe_size,
             stripe_width,
-            open: false,
-            xattrs: Vec::new(),
+            ..CreateReq::new(parent, name.as_bytes(), kind, 0o644, 1000, 100)
         };
         self.call_entry(parent, name.as_bytes(), &req)
             .map(|r| r.attr)
@@ -336,14 +355,7 @@ impl Cluster {
         let mut pos = 0usize;
         for (stripe, within, len) in layout.pieces(offset, data.len() as u64) {
             let piece = &data[pos..pos + len as usize];
-            let req = WriteReq {
-                ino: a.ino,
-                stripe: stripe.0,
-                offset: within,
-                sync: false,
-                grant_epoch: 0,
-                charged: 0,
-            };
+            let req = write_req(a.ino, stripe.0, within);
             let w = self.at(layout.server_of(stripe).0).call_bulk(&req, piece)?;
             assert_eq!(w.written, len);
             pos += len as usize;
@@ -422,6 +434,25 @@ pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A write at `offset` of stripe `stripe` that the client waits for: no space grant
+/// spent (the server fits it into free space or refuses it), no sync. The data goes
+/// as the bulk.
+pub fn write_req(ino: InodeNo, stripe: u64, offset: u32) -> WriteReq {
+    WriteReq {
+        ino,
+        stripe,
+        offset,
+        sync: false,
+        grant_epoch: 0,
+        charged: 0,
+    }
+}
+
+/// LinkCount `delta` of `ino` at `home` (a server the inode is homed on).
+pub fn link_count(home: &Endpoint, ino: InodeNo, delta: i32) -> Result<AttrReply, Errno> {
+    home.call(&LinkCountReq { ino, delta })
 }
 
 pub fn root() -> InodeNo {

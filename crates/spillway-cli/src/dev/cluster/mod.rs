@@ -136,7 +136,7 @@ fn admin(s: &ServerState) -> Result<Endpoint, String> {
     let key =
         std::fs::read_to_string(&key_path).map_err(|e| format!("{}: {e}", key_path.display()))?;
     let key = decode_hex(key.trim()).ok_or_else(|| format!("{} is not hex", key_path.display()))?;
-    let hello = HelloReq::new(role::ADMIN, 0, key, "spillway-cluster");
+    let hello = HelloReq::new(Role::Admin, 0, key, "spillway-cluster");
     Ok(Endpoint::new(
         s.listen.clone(),
         hello,

@@ -6,8 +6,8 @@
 use super::counts::active_stages;
 use super::teardown::terminate_in;
 use super::{norm_path, owned_instance, prefix_of, u, UNDER_SQL};
-use crate::echo::cut;
 use crate::db::{now, Db, DbError, DbResult, Viewer};
+use crate::echo::cut;
 use rusqlite::{params, ToSql, Transaction};
 use spillway_api::stage_path::at_or_under;
 use spillway_api::{Stage, StageAction, StagePathAction, StageScope, StageState};

@@ -7,9 +7,9 @@ use super::{
     norm_path, owned_instance, stage_visible, state_col, u, StageFilter, StagedPaths, ACTIVE, EIO,
     MAX_PAIRS,
 };
-use crate::echo::cut;
 use crate::db::changes::still_wanted;
 use crate::db::{now, Db, DbError, DbResult, Viewer};
+use crate::echo::cut;
 use rusqlite::{params, OptionalExtension, Row};
 use spillway_api::stage_path::at_or_under;
 use spillway_api::{

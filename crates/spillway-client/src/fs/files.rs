@@ -1,0 +1,212 @@
+//! Open files: create, open, flush (close), fsync and release, and the arguments of
+//! their byte-range and flock locks (held at the homes by locks.rs). Opening is where
+//! close-to-open coherency is kept (a file another client changed loses the kernel's
+//! cached pages and attributes); flush and fsync push this client's write-behind to
+//! the servers and the size to the home before they return.
+
+use super::existing::Opened;
+use super::lookup::gone;
+use super::{SpillwayFs, R};
+use crate::locks::LockArgs;
+use crate::nodes::{Node, OpenFile};
+use crate::writeback::WriteBack;
+use fuser::{FileHandle, FopenFlags, INodeNo, LockOwner, Request};
+use spillway_types::{Attr, Errno, FileKind, InodeNo};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+/// What a CREATE opened: a file it made, or the one another client made meanwhile
+/// (fs/existing.rs).
+pub(super) enum Created {
+    New(Opened),
+    Existing(Opened),
+}
+
+impl SpillwayFs {
+    /// CREATE: make a regular file and open it, or open the one another client made
+    /// meanwhile.
+    pub(super) fn do_create(
+        &self,
+        req: &Request,
+        parent: InodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> R<Created> {
+        let make = || {
+            let r = FileKind::Regular;
+            self.make(req, parent, name, r, mode, 0, &[], true, umask)
+        };
+        let mut made = make();
+        if made.as_ref().err() == Some(&Errno::EEXIST) {
+            // Another client made the name since the kernel looked (fs/existing.rs).
+            match self.open_existing(req, parent, name.as_bytes(), flags) {
+                Ok(opened) => return Ok(Created::Existing(opened)),
+                // It went again: create it after all.
+                Err(e) if e == Errno::ENOENT => made = make(),
+                Err(e) => return Err(e),
+            }
+        }
+        let attr = made?;
+        self.t.remember(&attr, true);
+        // A new file has no xattrs: answer the kernel's pre-write capability check
+        // without asking the server.
+        if let Some(n) = self.t.nodes().get_mut(&attr.ino) {
+            n.capability = Some((std::time::Instant::now(), None));
+        }
+        let (fh, f) = self.open_file(attr.ino, flags as u32, Some(attr.clone()))?;
+        Ok(Created::New((attr, fh, f)))
+    }
+
+    /// Open inode `i` in this client; `opened` carries the attributes when the server
+    /// already counted the open (a create that opened).
+    pub(super) fn open_file(
+        &self,
+        i: InodeNo,
+        flags: u32,
+        opened: Option<Attr>,
+    ) -> R<(u64, FopenFlags)> {
+        let attr = match opened {
+            Some(a) => a,
+            None => self.inst.open(i, flags).map_err(gone)?,
+        };
+        let stamp = (attr.size, attr.mtime);
+        let (keep, stale) = {
+            let mut nodes = self.t.nodes();
+            let node = nodes.entry(i).or_insert_with(|| Node::new(&attr));
+            let dirty = node.wb.as_ref().is_some_and(|w| w.is_dirty());
+            let stale = !dirty && (node.attr.size != attr.size || node.attr.mtime != attr.mtime);
+            let keep = dirty || node.cached == Some(stamp);
+            node.cached = Some(stamp);
+            node.attr = attr.clone();
+            node.opens += 1;
+            match &node.wb {
+                None => {
+                    node.wb = Some(Arc::new(WriteBack::new(
+                        self.inst.clone(),
+                        &attr,
+                        &self.tun,
+                        self.grants.clone(),
+                        self.lost.clone(),
+                    )))
+                }
+                Some(wb) if stale => wb.reset_end(attr.size),
+                Some(_) => {}
+            }
+            (keep, stale)
+        };
+        if stale {
+            // Another client changed the file: make the kernel fetch size and times
+            // again (its page cache goes too, as we do not answer KEEP_CACHE).
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(self.fuse_ino(i), -1, 0);
+            }
+        }
+        let fh = self.t.new_fh();
+        self.t.files().insert(fh, OpenFile { ino: i });
+        Ok((
+            fh,
+            if keep {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            },
+        ))
+    }
+
+    /// After a flush told the home the new size, remember what the kernel now caches.
+    pub(super) fn note_flushed(&self, attr: Option<Attr>) {
+        if let Some(a) = attr {
+            let mut nodes = self.t.nodes();
+            if let Some(n) = nodes.get_mut(&a.ino) {
+                n.cached = Some((a.size, a.mtime));
+                n.attr = a;
+                n.fetched = Some(std::time::Instant::now());
+            }
+        }
+    }
+
+    /// A close: this client's writes reach the servers, and the process's POSIX locks
+    /// on the file go (locks.rs).
+    pub(super) fn do_flush(&self, i: InodeNo, lock_owner: u64) -> R<()> {
+        let r = match self.t.writeback(i) {
+            Some(wb) => wb.flush().map(|a| self.note_flushed(a)),
+            None => Ok(()),
+        };
+        // A process's close drops its POSIX locks on the file (locks.rs).
+        let unlocked = self.locks.flush(i, lock_owner);
+        r.and(unlocked)
+    }
+
+    /// This client's writes durable on the servers; without any, the inode's metadata.
+    pub(super) fn do_fsync(&self, i: InodeNo) -> R<()> {
+        match self.t.writeback(i) {
+            Some(wb) => wb.fsync().map(|a| self.note_flushed(a)),
+            None => self.inst.sync_meta(i),
+        }
+    }
+
+    /// The end of an open file description. The file's last release here flushes and
+    /// drops its write-back buffer; the home counts one open less.
+    pub(super) fn do_release(&self, fh: u64) -> R<()> {
+        let Some(of) = self.t.files().remove(&fh) else {
+            return Ok(());
+        };
+        let wb = {
+            let mut nodes = self.t.nodes();
+            match nodes.get_mut(&of.ino) {
+                Some(n) => {
+                    n.opens = n.opens.saturating_sub(1);
+                    if n.opens == 0 {
+                        n.wb.take()
+                    } else {
+                        None
+                    }
+                }
+                None => None,
+            }
+        };
+        let flushed = match wb {
+            Some(wb) => wb.flush().map(|a| self.note_flushed(a)),
+            None => Ok(()),
+        };
+        let released = self.inst.release(of.ino);
+        {
+            let mut nodes = self.t.nodes();
+            if nodes
+                .get(&of.ino)
+                .is_some_and(|n| n.opens == 0 && n.lookups == 0)
+            {
+                nodes.remove(&of.ino);
+            }
+        }
+        flushed.and(released)
+    }
+
+    /// A lock request's arguments for locks.rs.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn lock_args(
+        &self,
+        req: &Request,
+        i: INodeNo,
+        fh: FileHandle,
+        owner: LockOwner,
+        (start, end): (u64, u64),
+        typ: i32,
+        pid: u32,
+    ) -> LockArgs {
+        let (ino, fh, owner, tid) = (self.ino(i), fh.0, owner.0, req.pid());
+        LockArgs {
+            ino,
+            fh,
+            owner,
+            start,
+            end,
+            typ,
+            pid,
+            tid,
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! READ and WRITE. Reads go to the servers holding the stripes (after pushing this
+//! client's own unsent writes, so a process reads back what it wrote); writes go
+//! into the file's write-back buffer (writeback.rs), flushed at close and fsync.
+
+use super::{SpillwayFs, R};
+use spillway_types::{Errno, InodeNo};
+
+impl SpillwayFs {
+    /// Read from the servers. This client's unsent writes go first, and the file is at
+    /// least as long as what it wrote.
+    pub(super) fn do_read(&self, i: InodeNo, offset: u64, size: u32) -> R<Vec<u8>> {
+        let (attr, wb) = {
+            let nodes = self.t.nodes();
+            let n = nodes.get(&i).ok_or(Errno::EBADF)?;
+            (n.attr.clone(), n.wb.clone())
+        };
+        let mut fsize = attr.size;
+        if let Some(wb) = &wb {
+            if wb.is_dirty() {
+                self.note_flushed(wb.flush()?);
+            }
+            fsize = fsize.max(wb.end());
+        }
+        let layout = self.inst.layout(&attr);
+        self.inst.read(&layout, i, offset, size, fsize)
+    }
+
+    /// Bytes taken: fewer than `data` when the servers had room for a part only.
+    pub(super) fn do_write(&self, i: InodeNo, offset: u64, data: &[u8]) -> R<usize> {
+        match self.t.writeback(i) {
+            Some(wb) => wb.write(offset, data),
+            None => {
+                // Not open here (should not happen: the kernel writes through an open
+                // file); write through.
+                let attr = self.inst.getattr(i)?;
+                let layout = self.inst.layout(&attr);
+                self.inst.write(&layout, i, offset, data)?;
+                self.inst
+                    .extend_size(i, offset + data.len() as u64, true)
+                    .map(|_| data.len())
+            }
+        }
+    }
+}
