@@ -13,6 +13,9 @@
 //! * `stage_path` — the one rule for stage paths (instance and PFS sides) and their
 //!   normal form, shared by the manager, job scripts and the client's ioctl.
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 pub mod calls;
 pub mod client;
 pub mod config;

@@ -8,9 +8,9 @@
 use std::collections::HashMap;
 
 /// CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER (linux/capability.h).
-pub const CAP_DAC_OVERRIDE: u32 = 1;
-pub const CAP_DAC_READ_SEARCH: u32 = 2;
-pub const CAP_FOWNER: u32 = 3;
+pub(crate) const CAP_DAC_OVERRIDE: u32 = 1;
+pub(crate) const CAP_DAC_READ_SEARCH: u32 = 2;
+pub(crate) const CAP_FOWNER: u32 = 3;
 
 /// SIGKILL's bit in the pending masks.
 const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
@@ -35,7 +35,7 @@ fn hex(s: Option<&String>) -> u64 {
 
 /// The credentials a permission check needs.
 #[derive(Debug, Clone)]
-pub struct Caller {
+pub(crate) struct Caller {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
@@ -47,7 +47,7 @@ impl Caller {
     /// and effective capabilities of thread `tid`; when its /proc entry cannot be read
     /// (another pid namespace), the user's groups from the name service and root's
     /// capabilities for uid 0 only.
-    pub fn of(uid: u32, gid: u32, tid: u32) -> Caller {
+    pub(crate) fn of(uid: u32, gid: u32, tid: u32) -> Caller {
         if let Some(st) = status(tid) {
             let groups = st
                 .get("Groups")
@@ -75,18 +75,18 @@ impl Caller {
         }
     }
 
-    pub fn in_group(&self, gid: u32) -> bool {
+    pub(crate) fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
 
-    pub fn has_cap(&self, cap: u32) -> bool {
+    pub(crate) fn has_cap(&self, cap: u32) -> bool {
         self.caps & (1 << cap) != 0
     }
 
     /// The kernel's `generic_permission` for a regular file, `want` being a mask of
     /// 4 (read) and 2 (write), without ACLs (the caller sends files with an ACL back
     /// to the kernel).
-    pub fn may(&self, mode: u32, file_uid: u32, file_gid: u32, want: u32) -> bool {
+    pub(crate) fn may(&self, mode: u32, file_uid: u32, file_gid: u32, want: u32) -> bool {
         let bits = if self.uid == file_uid {
             (mode >> 6) & 7
         } else if self.in_group(file_gid) {
@@ -106,7 +106,7 @@ impl Caller {
 
 /// Whether thread `tid` is in flock(2) now (it is blocked in the system call while
 /// its FUSE request is served). Anything unreadable counts as fcntl.
-pub fn in_flock(tid: u32) -> bool {
+pub(crate) fn in_flock(tid: u32) -> bool {
     if tid == 0 {
         return false;
     }
@@ -118,13 +118,13 @@ pub fn in_flock(tid: u32) -> bool {
 
 /// Watches a waiting thread for signals, as the kernel's own lock wait would wake.
 #[derive(Default)]
-pub struct SignalWatch {
+pub(crate) struct SignalWatch {
     shared_seen: u64,
 }
 
 /// What a look at a waiting thread found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Waiter {
+pub(crate) enum Waiter {
     Waiting,
     /// A signal it does not block is pending for it (or it is being killed).
     Signalled,
@@ -136,7 +136,7 @@ impl SignalWatch {
     /// A signal sent to the thread itself that it does not block counts at once; one
     /// sent to its process only when still pending at the next look (another thread
     /// may take it first); SIGKILL always.
-    pub fn look(&mut self, tid: u32) -> Waiter {
+    pub(crate) fn look(&mut self, tid: u32) -> Waiter {
         let Some(st) = status(tid) else {
             return Waiter::Gone;
         };

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// An `Invalidate` for this mount: the inode's pages (offset 0, to the end) and its
 /// attributes are dropped, so that the next read and stat ask the servers.
-pub fn invalidator(notifier: Arc<OnceLock<Notifier>>, root: MountRoot) -> Invalidate {
+pub(crate) fn invalidator(notifier: Arc<OnceLock<Notifier>>, root: MountRoot) -> Invalidate {
     let (tx, rx) = mpsc::channel::<InodeNo>();
     let spawned = std::thread::Builder::new()
         .name("invalidate".into())

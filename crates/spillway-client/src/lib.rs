@@ -20,6 +20,9 @@
 //! * `root`     — which directory of the instance the mount shows as its root (private
 //!   mounts), and the translation of inode numbers and paths across the FUSE boundary.
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 pub mod acl;
 mod caller;
 pub mod control;

@@ -14,6 +14,9 @@
 //! * `wlm`     — `dw_wlm_cli`, the program Slurm's burst_buffer/datawarp plugin runs.
 //! * `dwstat`, `dwcli` — the two commands (their binaries only call `main`).
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 pub mod args;
 pub mod connect;
 pub mod dwcli;

@@ -11,6 +11,9 @@
 //! * `phases`    — the burst-buffer phases of a job on the manager's REST API, shared
 //!   by `dw_wlm_cli`, `burst_buffer.lua` (through it) and `spillway run`.
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 pub mod directive;
 pub mod error;
 pub mod input;

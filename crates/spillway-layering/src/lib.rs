@@ -12,6 +12,9 @@
 //! * `manifest`  — package name and normal dependencies from a `Cargo.toml`.
 //! * `workspace` — every crate of the workspace: manifest and targets.
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 pub mod deps;
 pub mod graph;
 pub mod lex;

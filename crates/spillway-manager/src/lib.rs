@@ -10,6 +10,9 @@
 //! * `tls`        — the site CA and the manager's certificate.
 //! * `serve`      — the HTTPS front door: accept loop, timeouts, connection caps.
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 pub mod alloc;
 pub mod api;
 pub mod auth;

@@ -9,6 +9,9 @@
 //! shared between threads, and one per call keeps [`Munge`] a plain value that is `Send`,
 //! `Sync` and `Clone`, at the cost of a malloc per call next to a round trip to munged.
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

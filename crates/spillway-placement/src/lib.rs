@@ -9,6 +9,9 @@
 //!   one shared directory load every server.
 //! * `Layout::server_of(stripe)`: the server holding stripe `k` of a file.
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 use spillway_types::{InodeNo, ServerIndex, StripeIndex};
 
 /// SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mixer.

@@ -6,10 +6,10 @@ use std::io::Read;
 use std::path::Path;
 
 /// Bytes of the admin key.
-pub const ADMIN_KEY_LEN: usize = 32;
+pub(crate) const ADMIN_KEY_LEN: usize = 32;
 
 /// Compare two byte strings in time that depends only on their lengths.
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -19,7 +19,7 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// `n` bytes from the kernel's CSPRNG.
-pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
+pub(crate) fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0u8; n];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
     Ok(buf)
@@ -28,7 +28,7 @@ pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
 /// Load `root/admin.key`, creating it (mode 0600) with a fresh random key if absent.
 /// A present but malformed key is an error: replacing it would lock out the admin tool
 /// that holds the old one.
-pub fn load_or_create_admin_key(root: &Path) -> Result<Vec<u8>, String> {
+pub(crate) fn load_or_create_admin_key(root: &Path) -> Result<Vec<u8>, String> {
     let path = root.join("admin.key");
     match std::fs::read_to_string(&path) {
         Ok(text) => {

@@ -30,7 +30,7 @@ pub enum StoreError {
     Full(String),
 }
 
-pub type StoreResult<T> = Result<T, StoreError>;
+pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
 impl StoreError {
     /// The errno to send to the caller. Internal failures are logged here, once, with
@@ -147,7 +147,7 @@ impl From<std::io::Error> for StoreError {
 }
 
 /// Shorthand for the protocol outcomes, so stores read `Err(fs(Errno::ENOENT))`.
-pub fn fs(e: Errno) -> StoreError {
+pub(crate) fn fs(e: Errno) -> StoreError {
     StoreError::Fs(e)
 }
 

@@ -15,6 +15,9 @@
 //! * `auth`, `names`, `error`, `signals` — credentials, name checks, the error type,
 //!   shutdown signals.
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 mod auth;
 mod data;
 mod error;

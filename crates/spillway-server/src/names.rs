@@ -8,7 +8,7 @@ use spillway_types::tunables::{
 use spillway_types::Errno;
 
 /// A directory entry name: 1..=MAX_NAME_LEN bytes, no '/' and no NUL.
-pub fn check_name(name: &[u8]) -> StoreResult<()> {
+pub(crate) fn check_name(name: &[u8]) -> StoreResult<()> {
     if name.is_empty() || name.iter().any(|&b| b == b'/' || b == 0) {
         return Err(fs(Errno::EINVAL));
     }
@@ -19,7 +19,7 @@ pub fn check_name(name: &[u8]) -> StoreResult<()> {
 }
 
 /// A symlink target: at most MAX_SYMLINK_LEN bytes.
-pub fn check_symlink_target(target: &[u8]) -> StoreResult<()> {
+pub(crate) fn check_symlink_target(target: &[u8]) -> StoreResult<()> {
     if target.len() > MAX_SYMLINK_LEN {
         return Err(fs(Errno::ENAMETOOLONG));
     }
@@ -28,7 +28,7 @@ pub fn check_symlink_target(target: &[u8]) -> StoreResult<()> {
 
 /// An extended attribute name: non-empty, at most MAX_XATTR_NAME_LEN bytes (ERANGE, as
 /// Linux answers for an over-long name).
-pub fn check_xattr_name(name: &[u8]) -> StoreResult<()> {
+pub(crate) fn check_xattr_name(name: &[u8]) -> StoreResult<()> {
     if name.is_empty() {
         return Err(fs(Errno::EINVAL));
     }
@@ -39,7 +39,7 @@ pub fn check_xattr_name(name: &[u8]) -> StoreResult<()> {
 }
 
 /// An extended attribute value: at most MAX_XATTR_VALUE_LEN bytes.
-pub fn check_xattr_value(value: &[u8]) -> StoreResult<()> {
+pub(crate) fn check_xattr_value(value: &[u8]) -> StoreResult<()> {
     if value.len() > MAX_XATTR_VALUE_LEN {
         return Err(fs(Errno::E2BIG));
     }

@@ -11,20 +11,20 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub const RETRY_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(2);
 
 // The doorbell is the fragments' (they ring it): defined below them, so that
 // fragment code never reaches up to this thread (no import cycle).
-pub use crate::fragment::purge_bell::{doorbell, PurgeWaker};
+pub(crate) use crate::fragment::purge_bell::{doorbell, PurgeWaker};
 
-pub struct Purger {
+pub(crate) struct Purger {
     stop: Arc<AtomicBool>,
     waker: PurgeWaker,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Purger {
-    pub fn start(
+    pub(crate) fn start(
         registry: Arc<Registry>,
         waker: PurgeWaker,
         rx: Receiver<()>,
@@ -42,7 +42,7 @@ impl Purger {
     }
 
     /// Stop after the purge in progress (at most one round of peer calls).
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         self.waker.wake();
         if let Some(t) = self.thread.take() {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
-pub struct Registry {
+pub(crate) struct Registry {
     dir: PathBuf,
     env: FragmentEnv,
     fragments: RwLock<HashMap<u64, Arc<Fragment>>>,
@@ -22,7 +22,7 @@ impl Registry {
     /// creates and destroys are removed. A fragment that cannot be opened is logged and
     /// left on disk untouched (its clients are refused) rather than stopping the server
     /// for every other instance.
-    pub fn load(dir: &Path, env: FragmentEnv) -> Result<Registry, String> {
+    pub(crate) fn load(dir: &Path, env: FragmentEnv) -> Result<Registry, String> {
         spillway_types::files::private_dir(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let mut fragments = HashMap::new();
@@ -72,7 +72,7 @@ impl Registry {
         })
     }
 
-    pub fn get(&self, instance: u64) -> Option<Arc<Fragment>> {
+    pub(crate) fn get(&self, instance: u64) -> Option<Arc<Fragment>> {
         self.fragments
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -80,7 +80,7 @@ impl Registry {
             .cloned()
     }
 
-    pub fn all(&self) -> Vec<Arc<Fragment>> {
+    pub(crate) fn all(&self) -> Vec<Arc<Fragment>> {
         self.fragments
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -91,7 +91,7 @@ impl Registry {
 
     /// Create a fragment. Repeating the same create is fine (a manager retries); a
     /// create for a present instance with other parameters is EEXIST.
-    pub fn create(&self, req: &FragmentCreateReq) -> StoreResult<()> {
+    pub(crate) fn create(&self, req: &FragmentCreateReq) -> StoreResult<()> {
         let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(existing) = self.get(req.instance) {
             let wanted = crate::fragment::config::FragmentConfig::from_request(req)?;
@@ -131,7 +131,7 @@ impl Registry {
     }
 
     /// Destroy a fragment and its data. Absent is fine (idempotent).
-    pub fn destroy(&self, instance: u64) -> StoreResult<()> {
+    pub(crate) fn destroy(&self, instance: u64) -> StoreResult<()> {
         let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
         let removed = self
             .fragments
@@ -145,7 +145,7 @@ impl Registry {
         Ok(())
     }
 
-    pub fn list(&self) -> StoreResult<Vec<FragmentInfo>> {
+    pub(crate) fn list(&self) -> StoreResult<Vec<FragmentInfo>> {
         let mut out = Vec::new();
         for f in self.all() {
             match f.info() {
@@ -160,7 +160,7 @@ impl Registry {
     }
 
     /// The storage behind this server's root, for the manager's heartbeat.
-    pub fn status(&self) -> StoreResult<ServerStatusReply> {
+    pub(crate) fn status(&self) -> StoreResult<ServerStatusReply> {
         let path = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes())
             .map_err(|_| fs(Errno::EINVAL))?;
         // SAFETY: statvfs is plain old data; all zeroes is a valid value.
@@ -180,7 +180,7 @@ impl Registry {
     }
 
     /// Close every fragment (server stopping).
-    pub fn close_all(&self) {
+    pub(crate) fn close_all(&self) {
         for f in self.all() {
             f.close();
         }

@@ -4,13 +4,13 @@
 
 use std::mem::MaybeUninit;
 
-pub struct TermSignals {
+pub(crate) struct TermSignals {
     set: libc::sigset_t,
 }
 
 impl TermSignals {
     /// Block SIGTERM and SIGINT in this thread (and every thread it starts later).
-    pub fn block() -> Result<TermSignals, String> {
+    pub(crate) fn block() -> Result<TermSignals, String> {
         let mut set = MaybeUninit::<libc::sigset_t>::uninit();
         // SAFETY: sigemptyset initialises the set before anything reads it; the
         // pointers passed are valid for the duration of each call.
@@ -34,7 +34,7 @@ impl TermSignals {
     }
 
     /// Wait for one of the signals; returns its number.
-    pub fn wait(&self) -> i32 {
+    pub(crate) fn wait(&self) -> i32 {
         loop {
             let mut sig: libc::c_int = 0;
             // SAFETY: `self.set` is an initialised sigset and `sig` a valid out pointer.

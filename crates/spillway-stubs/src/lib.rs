@@ -10,6 +10,9 @@
 //! * `sparse`   — fallocate and SEEK_DATA/SEEK_HOLE over the servers of a range;
 //! * `locks`    — byte-range and flock locks at the inodes' homes.
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 pub mod instance;
 pub mod locks;
 pub mod sparse;

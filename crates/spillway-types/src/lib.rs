@@ -3,6 +3,9 @@
 //! tunables; and the one way small files (keys, secrets, descriptors) are written and
 //! private state is kept private (`files`); logging that never fails (`logging`).
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 pub mod acl;
 pub mod attr;
 pub mod capability;

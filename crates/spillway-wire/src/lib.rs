@@ -8,6 +8,9 @@
 //! * `conn`    — a client connection: many calls in flight, each with a deadline.
 //! * `serve`   — the server side: handshake, dispatch to a worker pool, replies.
 
+// `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
+
 pub mod codec;
 pub mod conn;
 pub mod frame;

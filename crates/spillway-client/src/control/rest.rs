@@ -78,7 +78,7 @@ pub(super) struct Manager<'a> {
 
 impl Manager<'_> {
     /// Create a stage owned by the caller; the answer holds its `id`.
-    pub fn create_stage(&self, s: &NewStage<'_>) -> Result<Value, ApiError> {
+    pub(super) fn create_stage(&self, s: &NewStage<'_>) -> Result<Value, ApiError> {
         let body = json!({
             "instance": self.instance,
             "direction": s.direction.word(),
@@ -94,7 +94,7 @@ impl Manager<'_> {
     }
 
     /// The stage counts at `path`, waiting up to `wait_secs` for the pending ones to end.
-    pub fn stage_counts(
+    pub(super) fn stage_counts(
         &self,
         scope: Scope,
         path: &str,
@@ -110,7 +110,7 @@ impl Manager<'_> {
     }
 
     /// Terminate, revoke or activate the stages at `path`; the answer lists them.
-    pub fn stage_actions(
+    pub(super) fn stage_actions(
         &self,
         action: Action,
         scope: Scope,
@@ -126,14 +126,14 @@ impl Manager<'_> {
     }
 
     /// Set the instance's stage concurrency; the answer holds the value it took.
-    pub fn set_stage_concurrency(&self, value: u32) -> Result<Value, ApiError> {
+    pub(super) fn set_stage_concurrency(&self, value: u32) -> Result<Value, ApiError> {
         let p = paths::stage_concurrency(self.instance);
         self.rest
             .send(self.uid, "PUT", &p, &json!({ "value": value }))
     }
 
     /// Up to `limit` failed files after the instance path `after`, in path order.
-    pub fn stage_failures(&self, after: &str, limit: u32) -> Result<Value, ApiError> {
+    pub(super) fn stage_failures(&self, after: &str, limit: u32) -> Result<Value, ApiError> {
         let q = FailuresQuery {
             after: Some(after.to_string()),
             limit: Some(limit),

@@ -12,26 +12,26 @@ pub(super) struct Staged {
 }
 
 impl Staged {
-    pub fn end(&self) -> u64 {
+    pub(super) fn end(&self) -> u64 {
         self.offset + self.data.len() as u64
     }
 
     /// Whether `len` bytes at `offset` overlap or extend this run and it stays within
     /// `chunk` bytes.
-    pub fn fits(&self, offset: u64, len: usize, chunk: usize) -> bool {
+    pub(super) fn fits(&self, offset: u64, len: usize, chunk: usize) -> bool {
         offset >= self.offset
             && offset <= self.end()
             && offset + len as u64 - self.offset <= chunk as u64
     }
 
     /// Bytes the run would grow by (what taking them must charge).
-    pub fn growth(&self, offset: u64, len: usize) -> u64 {
+    pub(super) fn growth(&self, offset: u64, len: usize) -> u64 {
         (offset + len as u64).saturating_sub(self.end())
     }
 
     /// Take `bytes` at `offset` into this run if they overlap or extend it and the run
     /// stays within `chunk` bytes; newer bytes win.
-    pub fn merge(&mut self, offset: u64, bytes: &[u8], chunk: usize) -> bool {
+    pub(super) fn merge(&mut self, offset: u64, bytes: &[u8], chunk: usize) -> bool {
         if !self.fits(offset, bytes.len(), chunk) {
             return false;
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 /// The options of one call: `--function` and the rest, by name.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Call {
+pub(super) struct Call {
     pub function: String,
     values: BTreeMap<String, String>,
     flags: Vec<String>,
@@ -47,7 +47,7 @@ fn known(function: &str) -> Option<&'static [&'static str]> {
 /// Why argv was refused. `Unknown` starts with the words Slurm's `real_size` handling
 /// looks for (`invalid function`).
 #[derive(Debug, PartialEq, Eq)]
-pub enum ArgError {
+pub(super) enum ArgError {
     Unknown(String),
     Bad(String),
 }
@@ -65,7 +65,7 @@ impl std::fmt::Display for ArgError {
 
 impl Call {
     /// Parse argv after `argv[0]`.
-    pub fn parse(args: &[String]) -> Result<Call, ArgError> {
+    pub(super) fn parse(args: &[String]) -> Result<Call, ArgError> {
         let mut function = None;
         let mut rest = Vec::new();
         let mut it = args.iter();
@@ -110,23 +110,23 @@ impl Call {
         Ok(call)
     }
 
-    pub fn get(&self, opt: &str) -> Option<&str> {
+    pub(super) fn get(&self, opt: &str) -> Option<&str> {
         self.values.get(opt).map(String::as_str)
     }
 
-    pub fn need(&self, opt: &str) -> Result<&str, ArgError> {
+    pub(super) fn need(&self, opt: &str) -> Result<&str, ArgError> {
         self.get(opt)
             .ok_or_else(|| ArgError::Bad(format!("{}: missing {opt} <value>", self.function)))
     }
 
-    pub fn flag(&self, f: &str) -> bool {
+    pub(super) fn flag(&self, f: &str) -> bool {
         self.flags.iter().any(|x| x == f)
     }
 }
 
 /// `--capacity <pool>:<size>` (setup: humanised, `wlm_pool:200GiB`, or `0`) and `-C
 /// <pool>:<bytes>` (create_persistent): the pool (None when empty) and the bytes.
-pub fn capacity(v: &str) -> Result<(Option<String>, u64), String> {
+pub(super) fn capacity(v: &str) -> Result<(Option<String>, u64), String> {
     let (pool, size) = match v.rsplit_once(':') {
         Some((p, s)) => (Some(p), s),
         None => (None, v),
@@ -147,11 +147,11 @@ pub fn capacity(v: &str) -> Result<(Option<String>, u64), String> {
 }
 
 /// The most compute nodes one job's node list may name (ranges of nids expand).
-pub const MAX_NODES: usize = 1 << 20;
+pub(super) const MAX_NODES: usize = 1 << 20;
 
 /// Compute nodes from `--nodehostnamefile` (a hostname per line) or `--nidlistfile`
 /// (Cray: numbers and ranges `1-3`, a line each, meaning `nid00001`...).
-pub fn nodes(call: &Call) -> Result<Vec<String>, String> {
+pub(super) fn nodes(call: &Call) -> Result<Vec<String>, String> {
     use spillway_jobs::input;
     // A regular file of bounded size (Slurm writes it; anything else is refused).
     let read = |p: &str| {

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 
 #[derive(Debug, PartialEq, Eq)]
-pub enum Destroyer {
+pub(super) enum Destroyer {
     /// May destroy any instance (root, or a job of root or of the SlurmUser).
     Admin,
     /// May destroy only this user's instances.
@@ -25,7 +25,7 @@ pub enum Destroyer {
 }
 
 /// Who the persistent teardown with this `--job` acts for.
-pub fn destroyer(job: &str) -> Result<Destroyer, String> {
+pub(super) fn destroyer(job: &str) -> Result<Destroyer, String> {
     // SAFETY: getuid and geteuid cannot fail.
     let (me, slurm_user) = unsafe { (libc::getuid(), libc::geteuid()) };
     let Some(id) = slurm_job_id(job) else {
@@ -44,7 +44,7 @@ pub fn destroyer(job: &str) -> Result<Destroyer, String> {
 }
 
 /// The job id of Slurm's `<SSL>/hash.H/job.<id>/script`, if `job` is such a path.
-pub fn slurm_job_id(job: &str) -> Option<u32> {
+pub(super) fn slurm_job_id(job: &str) -> Option<u32> {
     let p = Path::new(job);
     if p.file_name()? != "script" {
         return None;
@@ -81,7 +81,7 @@ fn job_user(id: u32) -> Result<u32, String> {
 /// `UserId=name(uid)` (or `UserId=uid` when the name is unknown) of the record of job
 /// `id` in `scontrol show job -o` output (a line per record; an array job shows its
 /// tasks, all of one user).
-pub fn user_id_field(text: &str, id: u32) -> Option<u32> {
+pub(super) fn user_id_field(text: &str, id: u32) -> Option<u32> {
     let want = format!("JobId={id}");
     let line = text
         .lines()

@@ -6,7 +6,7 @@
 use serde_json::json;
 use spillway_api::{ApiClient, ApiError};
 
-pub fn pools(api: &ApiClient) -> Result<String, ApiError> {
+pub(super) fn pools(api: &ApiClient) -> Result<String, ApiError> {
     let pools: Vec<_> = api
         .list_pools()?
         .iter()
@@ -18,7 +18,7 @@ pub fn pools(api: &ApiClient) -> Result<String, ApiError> {
     Ok(json!({ "pools": pools }).to_string())
 }
 
-pub fn instances(api: &ApiClient) -> Result<String, ApiError> {
+pub(super) fn instances(api: &ApiClient) -> Result<String, ApiError> {
     let list: Vec<_> = api
         .list_instances()?
         .iter()
@@ -30,7 +30,7 @@ pub fn instances(api: &ApiClient) -> Result<String, ApiError> {
     Ok(json!({ "instances": list }).to_string())
 }
 
-pub fn sessions(api: &ApiClient) -> Result<String, ApiError> {
+pub(super) fn sessions(api: &ApiClient) -> Result<String, ApiError> {
     let list: Vec<_> = api
         .list_sessions()?
         .iter()
@@ -42,7 +42,7 @@ pub fn sessions(api: &ApiClient) -> Result<String, ApiError> {
     Ok(json!({ "sessions": list }).to_string())
 }
 
-pub fn configurations(api: &ApiClient) -> Result<String, ApiError> {
+pub(super) fn configurations(api: &ApiClient) -> Result<String, ApiError> {
     let list: Vec<_> = api
         .list_configurations()?
         .iter()

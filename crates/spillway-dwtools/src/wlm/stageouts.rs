@@ -18,7 +18,7 @@ use spillway_api::{ApiClient, ApiError, Stage, StageDirection, StageState, Stage
 use std::collections::BTreeMap;
 
 /// The lost stage-outs of `stages` (one session's), oldest first.
-pub fn lost(stages: Vec<Stage>) -> Vec<Stage> {
+pub(super) fn lost(stages: Vec<Stage>) -> Vec<Stage> {
     let mut latest: BTreeMap<(u64, String, String, String), Stage> = BTreeMap::new();
     for s in stages
         .into_iter()
@@ -46,7 +46,7 @@ pub fn lost(stages: Vec<Stage>) -> Vec<Stage> {
 }
 
 /// The lost stage-outs of session `session`, as the manager has them now.
-pub fn of_session(api: &ApiClient, session: u64) -> Result<Vec<Stage>, ApiError> {
+pub(super) fn of_session(api: &ApiClient, session: u64) -> Result<Vec<Stage>, ApiError> {
     let all = api.list_stages(&StageListQuery {
         session: Some(session),
         ..Default::default()
@@ -55,7 +55,7 @@ pub fn of_session(api: &ApiClient, session: u64) -> Result<Vec<Stage>, ApiError>
 }
 
 /// One line per lost stage-out, for Slurm's reason text.
-pub fn describe(lost: &[Stage]) -> String {
+pub(super) fn describe(lost: &[Stage]) -> String {
     lost.iter()
         .map(|s| {
             let what = if s.pairs.is_empty() {

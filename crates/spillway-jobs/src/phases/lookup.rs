@@ -97,7 +97,7 @@ impl PersistentUse {
 /// the token owned by another user is refused (`taken`: why); the manager makes at most
 /// one live session per token (409 for a second, also when two callers race), and the
 /// loser looks again.
-pub fn live_session_of(
+pub(super) fn live_session_of(
     api: &ApiClient,
     new: &spillway_api::NewSession,
     what: &str,
@@ -125,7 +125,7 @@ pub fn live_session_of(
 
 /// Wait until `instance` is built: every fragment on its server. A blown fuse (the
 /// servers refused it repeatedly) fails at once with the reason.
-pub fn wait_built(api: &ApiClient, id: u64) -> PhaseResult<Instance> {
+pub(super) fn wait_built(api: &ApiClient, id: u64) -> PhaseResult<Instance> {
     super::wait_for(
         super::STORAGE_WAIT,
         || format!("instance {id} to be built on its servers"),

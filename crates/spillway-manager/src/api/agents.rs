@@ -39,7 +39,7 @@ fn agent_only(c: &crate::auth::Caller) -> Result<(), ApiErr> {
     }
 }
 
-pub async fn hello(
+pub(super) async fn hello(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(node): Path<String>,
@@ -70,7 +70,7 @@ pub async fn hello(
     .await
 }
 
-pub async fn work(
+pub(super) async fn work(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(node): Path<String>,
@@ -162,7 +162,7 @@ fn describe(w: &MountWork, node: &str, addrs: &[String], lifetime: Duration) -> 
     }
 }
 
-pub async fn report(
+pub(super) async fn report(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(node): Path<String>,

@@ -9,9 +9,9 @@ use spillway_api::ErrorBody;
 
 /// The longest error message the API answers, in bytes: a safety net behind `cut` for
 /// texts made by libraries (serde, axum) that may quote input of their own.
-pub const MESSAGE_MAX: usize = 1024;
+pub(super) const MESSAGE_MAX: usize = 1024;
 
-pub use crate::echo::{cut, cut_to, quoted, LIBRARY_TEXT_MAX};
+use crate::echo::{cut, cut_to, LIBRARY_TEXT_MAX};
 
 /// `message` cut to `MESSAGE_MAX` bytes (on a character boundary), `…` marking a cut.
 fn bounded(mut message: String) -> String {
@@ -112,7 +112,7 @@ impl IntoResponse for ApiErr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::echo::ECHO_MAX;
+    use crate::echo::{quoted, ECHO_MAX};
 
     #[test]
     fn cut_bounds_echoed_input() {

@@ -12,7 +12,8 @@ mod error;
 mod routes;
 mod stages;
 
-pub use error::{cut, quoted, ApiErr};
+use crate::echo::{cut, quoted};
+pub use error::ApiErr;
 
 use crate::auth::{Auth, Caller};
 use crate::config::ManagerConfig;
@@ -214,7 +215,12 @@ async fn json_errors(resp: axum::response::Response) -> axum::response::Response
     // a bounded amount and keep at most LIBRARY_TEXT_MAX characters of it.
     let text = axum::body::to_bytes(resp.into_body(), 64 << 10)
         .await
-        .map(|b| error::cut_to(String::from_utf8_lossy(&b).trim(), error::LIBRARY_TEXT_MAX))
+        .map(|b| {
+            crate::echo::cut_to(
+                String::from_utf8_lossy(&b).trim(),
+                crate::echo::LIBRARY_TEXT_MAX,
+            )
+        })
         .unwrap_or_default();
     let reason = status.canonical_reason().unwrap_or("error");
     let message = if text.is_empty() {

@@ -32,13 +32,13 @@ fn admin_only(c: &crate::auth::Caller, what: &str) -> Result<(), ApiErr> {
     }
 }
 
-pub async fn versions() -> Json<Value> {
+pub(super) async fn versions() -> Json<Value> {
     Json(json!({"versions": [{"id": "v1", "url": spillway_api::routes::RESOURCES_DIR}]}))
 }
 
 /// The API's resources, and `mount_root`: where activations' default mount points go
 /// (workload-manager tools name job mount points below it, before they exist).
-pub async fn resources(State(st): State<AppState>) -> Json<Value> {
+pub(super) async fn resources(State(st): State<AppState>) -> Json<Value> {
     Json(
         json!({"resources": ["pools", "nodes", "sessions", "instances", "fragments",
         "configurations", "activations", "stages"], "openapi": spillway_api::routes::OPENAPI,
@@ -46,7 +46,7 @@ pub async fn resources(State(st): State<AppState>) -> Json<Value> {
     )
 }
 
-pub async fn openapi() -> impl IntoResponse {
+pub(super) async fn openapi() -> impl IntoResponse {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         super::OPENAPI,
@@ -124,11 +124,11 @@ async fn destroy_hurried<T: serde::Serialize + Send + 'static>(
 }
 
 // ------------------------------------------------------------------ pools
-pub async fn list_pools(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+pub(super) async fn list_pools(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
     list(&st, &h, "pools", |db, _| db.pools()).await
 }
 
-pub async fn get_pool(
+pub(super) async fn get_pool(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -136,7 +136,7 @@ pub async fn get_pool(
     st.read(&h, move |_, db| Ok(Json(db.pool(&id)?))).await
 }
 
-pub async fn create_pool(
+pub(super) async fn create_pool(
     State(st): State<AppState>,
     h: HeaderMap,
     b: Result<Json<NewPool>, JsonRejection>,
@@ -149,7 +149,7 @@ pub async fn create_pool(
     .await
 }
 
-pub async fn delete_pool(
+pub(super) async fn delete_pool(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -163,11 +163,11 @@ pub async fn delete_pool(
 }
 
 // ------------------------------------------------------------------ nodes
-pub async fn list_nodes(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+pub(super) async fn list_nodes(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
     list(&st, &h, "nodes", |db, _| db.nodes()).await
 }
 
-pub async fn get_node(
+pub(super) async fn get_node(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -175,7 +175,7 @@ pub async fn get_node(
     st.read(&h, move |_, db| Ok(Json(db.node(&id)?))).await
 }
 
-pub async fn create_node(
+pub(super) async fn create_node(
     State(st): State<AppState>,
     h: HeaderMap,
     b: Result<Json<NewNode>, JsonRejection>,
@@ -188,7 +188,7 @@ pub async fn create_node(
     .await
 }
 
-pub async fn update_node(
+pub(super) async fn update_node(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -202,7 +202,7 @@ pub async fn update_node(
     .await
 }
 
-pub async fn delete_node(
+pub(super) async fn delete_node(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -216,11 +216,11 @@ pub async fn delete_node(
 }
 
 // ------------------------------------------------------------------ sessions
-pub async fn list_sessions(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+pub(super) async fn list_sessions(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
     list(&st, &h, "sessions", |db, v| db.sessions(v, None)).await
 }
 
-pub async fn get_session(
+pub(super) async fn get_session(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -228,7 +228,7 @@ pub async fn get_session(
     one(&st, &h, &id, Db::session).await
 }
 
-pub async fn create_session(
+pub(super) async fn create_session(
     State(st): State<AppState>,
     h: HeaderMap,
     b: Result<Json<NewSession>, JsonRejection>,
@@ -250,7 +250,7 @@ pub async fn create_session(
     .await
 }
 
-pub async fn update_session(
+pub(super) async fn update_session(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -267,7 +267,7 @@ pub async fn update_session(
     .await
 }
 
-pub async fn delete_session(
+pub(super) async fn delete_session(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -286,11 +286,11 @@ pub async fn delete_session(
 }
 
 // ------------------------------------------------------------------ instances
-pub async fn list_instances(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+pub(super) async fn list_instances(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
     list(&st, &h, "instances", |db, v| db.instances(v, None)).await
 }
 
-pub async fn get_instance(
+pub(super) async fn get_instance(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -298,7 +298,7 @@ pub async fn get_instance(
     one(&st, &h, &id, Db::instance).await
 }
 
-pub async fn create_instance(
+pub(super) async fn create_instance(
     State(st): State<AppState>,
     h: HeaderMap,
     b: Result<Json<NewInstance>, JsonRejection>,
@@ -350,7 +350,7 @@ pub async fn create_instance(
     .await
 }
 
-pub async fn delete_instance(
+pub(super) async fn delete_instance(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -369,11 +369,11 @@ pub async fn delete_instance(
 }
 
 // ------------------------------------------------------------------ fragments
-pub async fn list_fragments(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+pub(super) async fn list_fragments(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
     list(&st, &h, "fragments", |db, v| db.fragments(v, None)).await
 }
 
-pub async fn get_fragment(
+pub(super) async fn get_fragment(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -382,14 +382,14 @@ pub async fn get_fragment(
 }
 
 // ------------------------------------------------------------------ configurations
-pub async fn list_configurations(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+pub(super) async fn list_configurations(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
     list(&st, &h, "configurations", |db, v| {
         db.configurations(v, None)
     })
     .await
 }
 
-pub async fn get_configuration(
+pub(super) async fn get_configuration(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -397,7 +397,7 @@ pub async fn get_configuration(
     one(&st, &h, &id, Db::configuration).await
 }
 
-pub async fn create_configuration(
+pub(super) async fn create_configuration(
     State(st): State<AppState>,
     h: HeaderMap,
     b: Result<Json<NewConfiguration>, JsonRejection>,
@@ -412,7 +412,7 @@ pub async fn create_configuration(
     .await
 }
 
-pub async fn delete_configuration(
+pub(super) async fn delete_configuration(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -421,11 +421,11 @@ pub async fn delete_configuration(
 }
 
 // ------------------------------------------------------------------ activations
-pub async fn list_activations(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
+pub(super) async fn list_activations(State(st): State<AppState>, h: HeaderMap) -> Res<Value> {
     list(&st, &h, "activations", |db, v| db.activations(v, None)).await
 }
 
-pub async fn get_activation(
+pub(super) async fn get_activation(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -433,7 +433,7 @@ pub async fn get_activation(
     one(&st, &h, &id, Db::activation).await
 }
 
-pub async fn create_activation(
+pub(super) async fn create_activation(
     State(st): State<AppState>,
     h: HeaderMap,
     b: Result<Json<NewActivation>, JsonRejection>,
@@ -449,7 +449,7 @@ pub async fn create_activation(
     .await
 }
 
-pub async fn delete_activation(
+pub(super) async fn delete_activation(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 type Res<T> = Result<Json<T>, ApiErr>;
 
 /// The longest `?wait=` (seconds).
-pub const WAIT_MAX: u64 = 60;
+pub(super) const WAIT_MAX: u64 = 60;
 
 fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiErr> {
     b.map(|Json(t)| t).map_err(|e| super::body_rejected(&e))
@@ -26,7 +26,7 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiErr> {
     q.map(|Query(t)| t).map_err(|e| {
         ApiErr::bad(format!(
             "invalid query: {}",
-            super::error::cut_to(&e.body_text(), super::error::LIBRARY_TEXT_MAX)
+            crate::echo::cut_to(&e.body_text(), crate::echo::LIBRARY_TEXT_MAX)
         ))
     })
 }
@@ -84,7 +84,7 @@ where
 }
 
 // ------------------------------------------------------------------ stages
-pub async fn create_stage(
+pub(super) async fn create_stage(
     State(st): State<AppState>,
     h: HeaderMap,
     b: Result<Json<NewStage>, JsonRejection>,
@@ -105,7 +105,7 @@ pub async fn create_stage(
     .await
 }
 
-pub async fn list_stages(
+pub(super) async fn list_stages(
     State(st): State<AppState>,
     h: HeaderMap,
     q: Result<Query<StageListQuery>, QueryRejection>,
@@ -137,7 +137,7 @@ pub async fn list_stages(
     .await
 }
 
-pub async fn get_stage(
+pub(super) async fn get_stage(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -156,7 +156,7 @@ pub async fn get_stage(
     Ok(Json(s))
 }
 
-pub async fn update_stage(
+pub(super) async fn update_stage(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -178,7 +178,7 @@ pub async fn update_stage(
 }
 
 // ------------------------------------------------------------------ per instance
-pub async fn stage_actions(
+pub(super) async fn stage_actions(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -194,7 +194,7 @@ pub async fn stage_actions(
     .await
 }
 
-pub async fn stage_counts(
+pub(super) async fn stage_counts(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -216,7 +216,7 @@ pub async fn stage_counts(
     Ok(Json(c))
 }
 
-pub async fn stage_failures(
+pub(super) async fn stage_failures(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -235,7 +235,7 @@ pub async fn stage_failures(
     .await
 }
 
-pub async fn set_stage_concurrency(
+pub(super) async fn set_stage_concurrency(
     State(st): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
@@ -253,12 +253,12 @@ pub async fn set_stage_concurrency(
 
 // ------------------------------------------------------------------ teardown
 /// `?hurry=true` of a DELETE: whether it was given.
-pub fn hurry_of(q: Result<Query<DestroyQuery>, QueryRejection>) -> Result<bool, ApiErr> {
+pub(super) fn hurry_of(q: Result<Query<DestroyQuery>, QueryRejection>) -> Result<bool, ApiErr> {
     Ok(query(q)?.hurry.unwrap_or(false))
 }
 
 /// Log each stage-out a hurried teardown dropped (never silently).
-pub fn log_dropped(what: &str, id: u64, dropped: &[u64]) {
+pub(super) fn log_dropped(what: &str, id: u64, dropped: &[u64]) {
     for s in dropped {
         tracing::warn!(
             stage = s,
@@ -268,7 +268,7 @@ pub fn log_dropped(what: &str, id: u64, dropped: &[u64]) {
 }
 
 /// The answer of a DELETE with hurry: the object plus `dropped_stages`.
-pub fn with_dropped<T: serde::Serialize>(obj: &T, dropped: Option<Vec<u64>>) -> Value {
+pub(super) fn with_dropped<T: serde::Serialize>(obj: &T, dropped: Option<Vec<u64>>) -> Value {
     let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
     if let (Some(d), Some(m)) = (dropped, v.as_object_mut()) {
         m.insert("dropped_stages".into(), json!(d));

@@ -2,9 +2,9 @@
 //! (`create`/`destroy`), `actualized`, a consecutive-failure count (the fuse) and the
 //! last error; rows are deleted once a destroy goal is reached.
 
-pub const VERSION: i64 = 1;
+pub(super) const VERSION: i64 = 1;
 
-pub const SCHEMA: &str = r#"
+pub(super) const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL

@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 
 /// What changed of one inode since its last report.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Changed {
+pub(crate) enum Changed {
     /// These stripes were written.
     Stripes(BTreeSet<u64>),
     /// Anything may have changed (truncation, fallocate, start, a failed report).
@@ -33,7 +33,7 @@ impl Changed {
 
 /// Marks and the last known allocation per stripe, with a doorbell for the reporter
 /// (rings coalesce).
-pub struct AllocTracker {
+pub(super) struct AllocTracker {
     changed: Mutex<HashMap<InodeNo, Changed>>,
     known: Mutex<HashMap<InodeNo, BTreeMap<u64, u64>>>,
     bell_tx: crossbeam_channel::Sender<()>,
@@ -82,7 +82,7 @@ impl AllocTracker {
 
     /// A stripe of `ino` was written (on every write: no allocation once the inode and
     /// stripe are marked).
-    pub fn mark_stripe(&self, ino: InodeNo, stripe: u64) {
+    pub(super) fn mark_stripe(&self, ino: InodeNo, stripe: u64) {
         {
             let mut m = self.changed();
             match m.get_mut(&ino) {
@@ -98,12 +98,12 @@ impl AllocTracker {
     }
 
     /// Anything of `ino` may have changed.
-    pub fn mark(&self, ino: InodeNo) {
+    pub(super) fn mark(&self, ino: InodeNo) {
         self.add(ino, Changed::All);
     }
 
     /// `ino`'s data is gone for good (purged): nothing to report or remember.
-    pub fn forget(&self, ino: InodeNo) {
+    pub(super) fn forget(&self, ino: InodeNo) {
         self.changed().remove(&ino);
         self.known().remove(&ino);
     }
@@ -111,12 +111,12 @@ impl AllocTracker {
 
 impl DataStore {
     /// The inodes marked since they were last taken (the reporter's work list).
-    pub fn take_alloc_changes(&self) -> Vec<(InodeNo, Changed)> {
+    pub(crate) fn take_alloc_changes(&self) -> Vec<(InodeNo, Changed)> {
         self.allocs.changed().drain().collect()
     }
 
     /// One inode's marks (it is being reported right now).
-    pub fn take_alloc_change(&self, ino: InodeNo) -> Changed {
+    pub(crate) fn take_alloc_change(&self, ino: InodeNo) -> Changed {
         self.allocs
             .changed()
             .remove(&ino)
@@ -124,20 +124,20 @@ impl DataStore {
     }
 
     /// Mark inodes again (their report failed).
-    pub fn remark_allocs(&self, inos: impl IntoIterator<Item = InodeNo>) {
+    pub(crate) fn remark_allocs(&self, inos: impl IntoIterator<Item = InodeNo>) {
         for ino in inos {
             self.allocs.mark(ino);
         }
     }
 
     /// The doorbell that rings when an inode is marked.
-    pub fn alloc_bell(&self) -> &crossbeam_channel::Receiver<()> {
+    pub(crate) fn alloc_bell(&self) -> &crossbeam_channel::Receiver<()> {
         &self.allocs.bell_rx
     }
 
     /// Mark every inode with a stripe file here (at start: each is reported once, which
     /// also fills in the homes of fragments made before allocation was tracked).
-    pub fn mark_all_allocs(&self) -> StoreResult<()> {
+    pub(crate) fn mark_all_allocs(&self) -> StoreResult<()> {
         let mut inos = HashSet::new();
         for bucket in std::fs::read_dir(&self.dir)? {
             let bucket = bucket?;
@@ -160,7 +160,7 @@ impl DataStore {
     }
 
     /// Bytes of disk the stripes of `ino` occupy here, re-reading what `changed` says.
-    pub fn allocated(&self, ino: InodeNo, changed: &Changed) -> u64 {
+    pub(crate) fn allocated(&self, ino: InodeNo, changed: &Changed) -> u64 {
         let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
         let blocks = |k: u64| {
             std::fs::metadata(naming::stripe_path(&self.dir, ino, k))

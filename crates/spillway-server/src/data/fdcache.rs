@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::sync::{Arc, Mutex};
 
-pub type Key = (InodeNo, u64);
+pub(super) type Key = (InodeNo, u64);
 
 struct Slot {
     file: Arc<File>,
@@ -35,13 +35,13 @@ impl Lru {
     }
 }
 
-pub struct FdCache {
+pub(super) struct FdCache {
     capacity: usize,
     lru: Mutex<Lru>,
 }
 
 impl FdCache {
-    pub fn new(capacity: usize) -> FdCache {
+    pub(super) fn new(capacity: usize) -> FdCache {
         FdCache {
             capacity: capacity.max(1),
             lru: Mutex::new(Lru::default()),
@@ -52,13 +52,13 @@ impl FdCache {
         self.lru.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn get(&self, key: Key) -> Option<Arc<File>> {
+    pub(super) fn get(&self, key: Key) -> Option<Arc<File>> {
         self.lock().touch(key)
     }
 
     /// Cache a newly opened file and return the handle to use: when another request
     /// opened the same stripe meanwhile, its handle wins and `file` is closed.
-    pub fn insert(&self, key: Key, file: File) -> Arc<File> {
+    pub(super) fn insert(&self, key: Key, file: File) -> Arc<File> {
         let mut lru = self.lock();
         if let Some(existing) = lru.touch(key) {
             return existing;
@@ -83,21 +83,21 @@ impl FdCache {
         file
     }
 
-    pub fn evict(&self, key: Key) {
+    pub(super) fn evict(&self, key: Key) {
         let mut lru = self.lock();
         if let Some(slot) = lru.slots.remove(&key) {
             lru.order.remove(&slot.used);
         }
     }
 
-    pub fn clear(&self) {
+    pub(super) fn clear(&self) {
         let mut lru = self.lock();
         lru.slots.clear();
         lru.order.clear();
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.lock().slots.len()
     }
 }

@@ -29,7 +29,7 @@ static PROMISED: AtomicU64 = AtomicU64::new(0);
 
 /// How much space connections may be promised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GrantLimits {
+pub(crate) struct GrantLimits {
     /// Most bytes one connection holds (0: no grants, every write is waited for).
     pub per_connection: u64,
     /// Free space of the file system never promised.
@@ -53,7 +53,7 @@ impl From<&Tunables> for GrantLimits {
 
 /// One connection's grant on one fragment. `held` changes only under the fragment's
 /// index lock, together with the index's `granted` total.
-pub struct GrantAccount {
+pub(crate) struct GrantAccount {
     epoch: u64,
     held: AtomicU64,
 }
@@ -66,7 +66,7 @@ impl Default for GrantAccount {
 
 impl GrantAccount {
     /// A new session's account, with an epoch no earlier session of this process had.
-    pub fn new() -> GrantAccount {
+    pub(crate) fn new() -> GrantAccount {
         GrantAccount {
             epoch: next_epoch(),
             held: AtomicU64::new(0),
@@ -75,11 +75,11 @@ impl GrantAccount {
 
     /// Names this session's grant on the wire: a client learns from a reply with a
     /// newer epoch that its older grant died with its old connection.
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         self.epoch
     }
 
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }
 }
@@ -121,7 +121,7 @@ fn disk_free(dir: &Path) -> Option<u64> {
 /// to the cap but at most half of `room`, the space that may still be promised. The
 /// halving keeps some room for other connections as a fragment fills: grants shrink
 /// near full (writes are then waited for, and fail with ENOSPC at write(2)).
-pub fn refill_amount(held: u64, cap: u64, room: u64) -> u64 {
+pub(super) fn refill_amount(held: u64, cap: u64, room: u64) -> u64 {
     if held >= cap / 2 {
         return 0;
     }
@@ -136,7 +136,7 @@ impl DataStore {
     /// claims from the unpromised space, as much of it as fits: fewer bytes written
     /// than sent, or ENOSPC when none fits.
     #[allow(clippy::too_many_arguments)]
-    pub fn write_charged(
+    pub(crate) fn write_charged(
         &self,
         acct: &GrantAccount,
         epoch: u64,
@@ -158,7 +158,7 @@ impl DataStore {
     }
 
     /// Top up a connection's grant after a write (`refill_amount`); the bytes added.
-    pub fn refill(&self, acct: &GrantAccount) -> u64 {
+    pub(crate) fn refill(&self, acct: &GrantAccount) -> u64 {
         let limits = self.grant_limits;
         if acct.held() >= limits.per_connection / 2 {
             return 0;
@@ -184,7 +184,7 @@ impl DataStore {
 
     /// Give back up to `bytes` of a connection's grant of session `epoch` (a grant of
     /// another session is no longer held: nothing happens).
-    pub fn release_grant(&self, acct: &GrantAccount, epoch: u64, bytes: u64) {
+    pub(crate) fn release_grant(&self, acct: &GrantAccount, epoch: u64, bytes: u64) {
         if epoch != acct.epoch {
             return;
         }
@@ -196,13 +196,13 @@ impl DataStore {
     }
 
     /// The connection is gone: everything it held returns to the pool.
-    pub fn close_account(&self, acct: &GrantAccount) {
+    pub(crate) fn close_account(&self, acct: &GrantAccount) {
         self.release_grant(acct, acct.epoch, u64::MAX);
     }
 
     /// Bytes promised to connections and not yet written.
     #[cfg(test)]
-    pub fn granted(&self) -> u64 {
+    pub(crate) fn granted(&self) -> u64 {
         self.map().granted()
     }
 }

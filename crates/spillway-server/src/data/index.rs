@@ -11,7 +11,7 @@ use spillway_types::InodeNo;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[derive(Default)]
-pub struct StripeMap {
+pub(super) struct StripeMap {
     files: HashMap<InodeNo, BTreeMap<u64, u64>>,
     dirty: HashMap<InodeNo, BTreeSet<u64>>,
     used: u64,
@@ -21,39 +21,39 @@ pub struct StripeMap {
 
 /// Writing would take the fragment over its capacity.
 #[derive(Debug, PartialEq, Eq)]
-pub struct NoSpace;
+pub(super) struct NoSpace;
 
 impl StripeMap {
-    pub fn used(&self) -> u64 {
+    pub(super) fn used(&self) -> u64 {
         self.used
     }
 
     #[cfg(test)]
-    pub fn granted(&self) -> u64 {
+    pub(super) fn granted(&self) -> u64 {
         self.granted
     }
 
     /// Bytes neither stored nor promised.
-    pub fn unpromised(&self, capacity: u64) -> u64 {
+    pub(super) fn unpromised(&self, capacity: u64) -> u64 {
         capacity.saturating_sub(self.used.saturating_add(self.granted))
     }
 
     /// Promise `n` more bytes (the caller checked `unpromised`).
-    pub fn add_granted(&mut self, n: u64) {
+    pub(super) fn add_granted(&mut self, n: u64) {
         self.granted = self.granted.saturating_add(n);
     }
 
     /// `n` promised bytes are given back (or about to be claimed by a write).
-    pub fn sub_granted(&mut self, n: u64) {
+    pub(super) fn sub_granted(&mut self, n: u64) {
         self.granted = self.granted.saturating_sub(n);
     }
 
-    pub fn len(&self, ino: InodeNo, stripe: u64) -> Option<u64> {
+    pub(super) fn len(&self, ino: InodeNo, stripe: u64) -> Option<u64> {
         self.files.get(&ino).and_then(|s| s.get(&stripe)).copied()
     }
 
     /// Stripes of `ino` with their lengths, in stripe order.
-    pub fn stripes(&self, ino: InodeNo) -> Vec<(u64, u64)> {
+    pub(super) fn stripes(&self, ino: InodeNo) -> Vec<(u64, u64)> {
         self.files
             .get(&ino)
             .map(|s| s.iter().map(|(&k, &l)| (k, l)).collect())
@@ -61,7 +61,7 @@ impl StripeMap {
     }
 
     /// Record the length of a stripe (present from now on).
-    pub fn set(&mut self, ino: InodeNo, stripe: u64, len: u64) {
+    pub(super) fn set(&mut self, ino: InodeNo, stripe: u64, len: u64) {
         let slot = self
             .files
             .entry(ino)
@@ -73,7 +73,7 @@ impl StripeMap {
     }
 
     /// Forget a stripe (its file is gone).
-    pub fn remove(&mut self, ino: InodeNo, stripe: u64) {
+    pub(super) fn remove(&mut self, ino: InodeNo, stripe: u64) {
         if let Some(stripes) = self.files.get_mut(&ino) {
             if let Some(len) = stripes.remove(&stripe) {
                 self.used -= len;
@@ -93,7 +93,7 @@ impl StripeMap {
     /// Claim room for a write ending at byte `end` of the stripe: the stripe's length
     /// becomes at least `end`, unless the growth would exceed what is neither used
     /// nor promised to a connection (`capacity - used - granted`).
-    pub fn reserve(
+    pub(super) fn reserve(
         &mut self,
         ino: InodeNo,
         stripe: u64,
@@ -113,7 +113,7 @@ impl StripeMap {
     /// what overwrites the stored stripe, and growth up to the unpromised space.
     /// Returns the end of the part claimed, always past `offset`; NoSpace when not
     /// one byte fits.
-    pub fn reserve_prefix(
+    pub(super) fn reserve_prefix(
         &mut self,
         ino: InodeNo,
         stripe: u64,
@@ -130,12 +130,12 @@ impl StripeMap {
         Ok(fits)
     }
 
-    pub fn mark_dirty(&mut self, ino: InodeNo, stripe: u64) {
+    pub(super) fn mark_dirty(&mut self, ino: InodeNo, stripe: u64) {
         self.dirty.entry(ino).or_default().insert(stripe);
     }
 
     /// The dirty stripes of `ino`, now no longer marked.
-    pub fn take_dirty(&mut self, ino: InodeNo) -> Vec<u64> {
+    pub(super) fn take_dirty(&mut self, ino: InodeNo) -> Vec<u64> {
         self.dirty
             .remove(&ino)
             .map(|s| s.into_iter().collect())

@@ -14,9 +14,9 @@ mod index;
 mod naming;
 mod sparse;
 
-pub use allocs::Changed;
-pub use grants::{GrantAccount, GrantLimits};
-pub use sparse::Span;
+pub(crate) use allocs::Changed;
+pub(crate) use grants::{GrantAccount, GrantLimits};
+pub(crate) use sparse::Span;
 
 use crate::error::{fs, StoreError, StoreResult};
 use fdcache::FdCache;
@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 /// that grows with the files).
 const INODE_LOCKS: usize = 64;
 
-pub struct DataStore {
+pub(crate) struct DataStore {
     dir: PathBuf,
     capacity: u64,
     map: Mutex<StripeMap>,
@@ -50,7 +50,7 @@ pub struct DataStore {
 
 /// Usage counters since the server started (libdatawarp's accounting).
 #[derive(Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub bytes_written: AtomicU64,
     pub bytes_read: AtomicU64,
     pub max_used: AtomicU64,
@@ -65,7 +65,7 @@ const DIRECT_ALIGN: u64 = 4096;
 
 impl DataStore {
     /// Open the stripes under `dir` (created by the fragment), indexing what is there.
-    pub fn open(dir: &Path, capacity: u64, fd_cache_size: usize) -> StoreResult<DataStore> {
+    pub(crate) fn open(dir: &Path, capacity: u64, fd_cache_size: usize) -> StoreResult<DataStore> {
         let map = scan(dir)?;
         Ok(DataStore {
             dir: dir.to_path_buf(),
@@ -80,7 +80,7 @@ impl DataStore {
     }
 
     /// Set how much space connections may be promised (the server's tunables).
-    pub fn with_grant_limits(mut self, limits: GrantLimits) -> DataStore {
+    pub(crate) fn with_grant_limits(mut self, limits: GrantLimits) -> DataStore {
         self.grant_limits = limits;
         self
     }
@@ -95,15 +95,15 @@ impl DataStore {
         &self.locks[(h % INODE_LOCKS as u64) as usize]
     }
 
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.map().used()
     }
 
-    pub fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.capacity
     }
 
-    pub fn counters(&self) -> &Counters {
+    pub(crate) fn counters(&self) -> &Counters {
         &self.counters
     }
 
@@ -115,7 +115,7 @@ impl DataStore {
 
     /// Open stripe files currently cached (tests watch this stay bounded).
     #[cfg(test)]
-    pub fn cached_files(&self) -> usize {
+    pub(crate) fn cached_files(&self) -> usize {
         self.cache.len()
     }
 
@@ -165,7 +165,13 @@ impl DataStore {
     /// growth does not fit into the space neither used nor promised to a connection
     /// (tests; requests go through `write_charged`).
     #[cfg(test)]
-    pub fn write(&self, ino: InodeNo, stripe: u64, offset: u32, data: &[u8]) -> StoreResult<u32> {
+    pub(crate) fn write(
+        &self,
+        ino: InodeNo,
+        stripe: u64,
+        offset: u32,
+        data: &[u8],
+    ) -> StoreResult<u32> {
         self.write_claimed(ino, stripe, offset, data, |map, end| {
             map.reserve(ino, stripe, end, self.capacity).map(|()| end)
         })
@@ -218,7 +224,13 @@ impl DataStore {
         }
     }
 
-    pub fn read(&self, ino: InodeNo, stripe: u64, offset: u32, len: u32) -> StoreResult<Vec<u8>> {
+    pub(crate) fn read(
+        &self,
+        ino: InodeNo,
+        stripe: u64,
+        offset: u32,
+        len: u32,
+    ) -> StoreResult<Vec<u8>> {
         if len > MAX_STRIPE_SIZE {
             return Err(fs(Errno::EINVAL));
         }
@@ -262,7 +274,7 @@ impl DataStore {
     /// stripes, which nothing reads soon; small files stay buffered, made durable
     /// together by one syncfs instead of a synchronous write each).
     #[allow(clippy::too_many_arguments)]
-    pub fn fill_from(
+    pub(crate) fn fill_from(
         &self,
         ino: InodeNo,
         stripe: u64,
@@ -314,7 +326,7 @@ impl DataStore {
     /// for all of a range's stripes at once, so their reads queue together instead of
     /// readahead starting small in each stripe file in turn). Only a hint: a stripe
     /// not stored, or a failed open, is left to the copy that follows to report.
-    pub fn will_read(&self, ino: InodeNo, stripe: u64, len: u64) {
+    pub(crate) fn will_read(&self, ino: InodeNo, stripe: u64, len: u64) {
         use std::os::fd::AsRawFd;
         if self.map().len(ino, stripe).is_none() {
             return;
@@ -337,7 +349,7 @@ impl DataStore {
     /// into the page cache, and the waiting writer spins on a CPU (perf: a third of
     /// the stage's CPU time), where direct writes sleep. A file system that refuses a
     /// direct write (EINVAL) gets the buffered copy instead.
-    pub fn drain_to(
+    pub(crate) fn drain_to(
         &self,
         ino: InodeNo,
         stripe: u64,
@@ -374,7 +386,7 @@ impl DataStore {
 
     /// Cut the file of `ino` to `size` bytes: stripes wholly past it go, the stripe it
     /// falls in is shortened.
-    pub fn truncate(&self, ino: InodeNo, size: u64, stripe_size: u32) -> StoreResult<()> {
+    pub(crate) fn truncate(&self, ino: InodeNo, size: u64, stripe_size: u32) -> StoreResult<()> {
         if stripe_size == 0 {
             return Err(fs(Errno::EINVAL));
         }
@@ -408,7 +420,7 @@ impl DataStore {
         Ok(())
     }
 
-    pub fn delete(&self, ino: InodeNo) -> StoreResult<()> {
+    pub(crate) fn delete(&self, ino: InodeNo) -> StoreResult<()> {
         let _g = self.lock_of(ino).write().unwrap_or_else(|e| e.into_inner());
         self.allocs.forget(ino);
         let stripes = self.map().stripes(ino);
@@ -419,7 +431,7 @@ impl DataStore {
     }
 
     /// fdatasync every stripe of `ino` written since its last sync.
-    pub fn sync(&self, ino: InodeNo) -> StoreResult<()> {
+    pub(crate) fn sync(&self, ino: InodeNo) -> StoreResult<()> {
         let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
         let dirty = self.map().take_dirty(ino);
         for (i, &k) in dirty.iter().enumerate() {
@@ -440,7 +452,7 @@ impl DataStore {
         Ok(())
     }
 
-    pub fn stripe_info(&self, ino: InodeNo) -> Vec<StripeLen> {
+    pub(crate) fn stripe_info(&self, ino: InodeNo) -> Vec<StripeLen> {
         self.map()
             .stripes(ino)
             .into_iter()
@@ -449,7 +461,7 @@ impl DataStore {
     }
 
     /// Close every cached file (fragment destroyed or server stopping).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.cache.clear();
     }
 }

@@ -4,21 +4,21 @@
 use spillway_types::InodeNo;
 use std::path::{Path, PathBuf};
 
-pub fn bucket_name(ino: InodeNo) -> String {
+pub(super) fn bucket_name(ino: InodeNo) -> String {
     format!("{:02x}", ino.0 & 0xff)
 }
 
-pub fn file_name(ino: InodeNo, stripe: u64) -> String {
+pub(super) fn file_name(ino: InodeNo, stripe: u64) -> String {
     format!("{:016x}.{stripe}", ino.0)
 }
 
-pub fn stripe_path(stripes: &Path, ino: InodeNo, stripe: u64) -> PathBuf {
+pub(super) fn stripe_path(stripes: &Path, ino: InodeNo, stripe: u64) -> PathBuf {
     stripes.join(bucket_name(ino)).join(file_name(ino, stripe))
 }
 
 /// Parse a stripe file's name found in bucket directory `bucket`; `None` unless it is
 /// exactly a name this server writes, in its right bucket.
-pub fn parse(bucket: &str, name: &str) -> Option<(InodeNo, u64)> {
+pub(super) fn parse(bucket: &str, name: &str) -> Option<(InodeNo, u64)> {
     let (hex, dec) = name.split_once('.')?;
     let lower_hex = |s: &str| {
         s.bytes()

@@ -59,7 +59,7 @@ fn seek(f: &File, offset: u64, whence: libc::c_int) -> std::io::Result<Option<u6
 /// What a sparse operation works on: the byte range `[offset, offset+len)` of file
 /// `ino`, on the stripes that server `me` holds under `layout`.
 #[derive(Clone, Copy)]
-pub struct Span<'a> {
+pub(crate) struct Span<'a> {
     pub ino: InodeNo,
     pub layout: &'a Layout,
     pub me: ServerIndex,
@@ -77,7 +77,7 @@ impl Span<'_> {
 impl DataStore {
     /// fallocate the span on the stripes this server holds. `check`: only say whether
     /// the space needed here is free.
-    pub fn fallocate(&self, span: &Span<'_>, mode: u8, check: bool) -> StoreResult<()> {
+    pub(crate) fn fallocate(&self, span: &Span<'_>, mode: u8, check: bool) -> StoreResult<()> {
         if span.len == 0 {
             return Err(fs(Errno::EINVAL));
         }
@@ -198,7 +198,7 @@ impl DataStore {
     /// SEEK_DATA (`hole` false) or SEEK_HOLE over this server's stripes of the file:
     /// the first such offset in the span. A stripe of this server that is not stored,
     /// or the part of a stripe past its stored length, is a hole.
-    pub fn seek(&self, span: &Span<'_>, hole: bool) -> StoreResult<Option<u64>> {
+    pub(crate) fn seek(&self, span: &Span<'_>, hole: bool) -> StoreResult<Option<u64>> {
         if span.len == 0 {
             return Ok(None);
         }

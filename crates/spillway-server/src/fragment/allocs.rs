@@ -30,7 +30,7 @@ const RETRY: Duration = Duration::from_secs(1);
 const BATCH: usize = 4096;
 
 /// Start the fragment's reporting thread; it ends when the fragment is closed or gone.
-pub fn start(frag: &Arc<Fragment>) {
+pub(super) fn start(frag: &Arc<Fragment>) {
     if let Err(e) = frag.data.mark_all_allocs() {
         tracing::warn!(
             instance = frag.config.instance,
@@ -70,7 +70,7 @@ fn run(weak: &Weak<Fragment>, bell: &crossbeam_channel::Receiver<()>) {
 
 impl Fragment {
     /// Report `ino`'s allocation here to its home before returning.
-    pub fn report_now(&self, ino: InodeNo) -> StoreResult<()> {
+    pub(crate) fn report_now(&self, ino: InodeNo) -> StoreResult<()> {
         let changed = self.data.take_alloc_change(ino);
         self.report(vec![(ino, changed)])
             .map_err(|()| fs(Errno::EIO))
@@ -79,7 +79,7 @@ impl Fragment {
     /// Report before answering, after a truncation of `ino` here, so that the
     /// attributes of the SetAttr that cut it are exact. A failure leaves it to the
     /// thread (logged): the truncation itself is done.
-    pub fn report_after_change(&self, ino: InodeNo) {
+    pub(crate) fn report_after_change(&self, ino: InodeNo) {
         if let Err(e) = self.report_now(ino) {
             tracing::debug!(%ino, "allocation report: {e}");
         }
@@ -136,7 +136,7 @@ impl Fragment {
     /// FallocateData: the range on this server's stripes of the file, then (when
     /// something changed) this server's new allocation of it to its home, so that
     /// the attributes the client asks the home for next are exact.
-    pub fn fallocate_data(&self, r: &FallocateDataReq) -> StoreResult<()> {
+    pub(crate) fn fallocate_data(&self, r: &FallocateDataReq) -> StoreResult<()> {
         let layout = self.layout(r.ino, r.stripe_size, r.stripe_width);
         let span = self.span(r.ino, &layout, r.offset, r.len);
         let done = self.data.fallocate(&span, r.mode, r.check);
@@ -161,7 +161,7 @@ impl Fragment {
     }
 
     /// SeekData over this server's stripes of the file.
-    pub fn seek_data(&self, r: &SeekDataReq) -> StoreResult<Option<u64>> {
+    pub(crate) fn seek_data(&self, r: &SeekDataReq) -> StoreResult<Option<u64>> {
         let layout = self.layout(r.ino, r.stripe_size, r.stripe_width);
         // Empty when `end` is not past `offset`: nothing is found.
         let span = self.span(r.ino, &layout, r.offset, r.end.saturating_sub(r.offset));
@@ -169,7 +169,7 @@ impl Fragment {
     }
 
     /// AllocReport from server `r.server` about inodes homed here.
-    pub fn record_allocs(&self, r: &AllocReportReq) -> StoreResult<()> {
+    pub(crate) fn record_allocs(&self, r: &AllocReportReq) -> StoreResult<()> {
         if r.server >= self.config.count() {
             return Err(fs(Errno::EINVAL));
         }

@@ -11,7 +11,7 @@ use std::path::Path;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FragmentConfig {
+pub(crate) struct FragmentConfig {
     pub instance: u64,
     pub index: u16,
     pub peers: Vec<String>,
@@ -23,7 +23,7 @@ pub struct FragmentConfig {
 
 impl FragmentConfig {
     /// The config a create request describes, if it is a valid one.
-    pub fn from_request(req: &FragmentCreateReq) -> StoreResult<FragmentConfig> {
+    pub(crate) fn from_request(req: &FragmentCreateReq) -> StoreResult<FragmentConfig> {
         let c = FragmentConfig {
             instance: req.instance,
             index: req.index,
@@ -63,19 +63,19 @@ impl FragmentConfig {
         Ok(())
     }
 
-    pub fn count(&self) -> u16 {
+    pub(crate) fn count(&self) -> u16 {
         self.peers.len() as u16
     }
 
-    pub fn server_index(&self) -> ServerIndex {
+    pub(crate) fn server_index(&self) -> ServerIndex {
         ServerIndex(self.index)
     }
 
-    pub fn credential_bytes(&self) -> Vec<u8> {
+    pub(crate) fn credential_bytes(&self) -> Vec<u8> {
         decode_hex(&self.credential).unwrap_or_default()
     }
 
-    pub fn load(path: &Path) -> StoreResult<FragmentConfig> {
+    pub(crate) fn load(path: &Path) -> StoreResult<FragmentConfig> {
         let text = std::fs::read_to_string(path)?;
         let c: FragmentConfig = serde_json::from_str(&text)
             .map_err(|e| StoreError::Corrupt(format!("{}: {e}", path.display())))?;
@@ -86,7 +86,7 @@ impl FragmentConfig {
 
     /// Write and fsync (the caller renames the directory into place afterwards). Mode
     /// 0600 from its creation on: the file holds the instance secret.
-    pub fn save(&self, path: &Path) -> StoreResult<()> {
+    pub(crate) fn save(&self, path: &Path) -> StoreResult<()> {
         use std::os::unix::fs::OpenOptionsExt;
         let text =
             serde_json::to_string_pretty(self).map_err(|e| StoreError::Corrupt(e.to_string()))?;

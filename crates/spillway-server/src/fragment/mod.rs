@@ -9,12 +9,12 @@
 //! state, then reads the other's, under the same lock).
 
 mod allocs;
-pub mod config;
+pub(crate) mod config;
 mod opens;
 mod peers;
-pub mod purge_bell;
+pub(crate) mod purge_bell;
 
-pub use opens::OpenCounts;
+pub(crate) use opens::OpenCounts;
 
 use crate::data::DataStore;
 use crate::error::{fs, StoreError, StoreResult};
@@ -38,14 +38,14 @@ const STRIPES_DIR: &str = "stripes";
 
 /// What every fragment of a server shares: tunables and the purge thread's doorbell.
 #[derive(Clone)]
-pub struct FragmentEnv {
+pub(crate) struct FragmentEnv {
     pub tunables: Tunables,
     pub waker: PurgeWaker,
 }
 
 /// Counters of a fragment since the server started (beside the data store's).
 #[derive(Default)]
-pub struct FragmentStats {
+pub(crate) struct FragmentStats {
     pub files_created: AtomicU64,
     /// Bytes this server read from the PFS into the fragment (stage-in).
     pub stage_bytes_read: AtomicU64,
@@ -53,7 +53,7 @@ pub struct FragmentStats {
     pub stage_bytes_written: AtomicU64,
 }
 
-pub struct Fragment {
+pub(crate) struct Fragment {
     pub config: FragmentConfig,
     pub stats: FragmentStats,
     dir: PathBuf,
@@ -95,7 +95,7 @@ impl Fragment {
     /// Build a new fragment directory for `req` under `fragments` and open it. The
     /// directory is assembled under a temporary name and renamed into place, so a
     /// crash never leaves half a fragment (FORMAT.md).
-    pub fn create(
+    pub(crate) fn create(
         fragments: &Path,
         req: &FragmentCreateReq,
         env: &FragmentEnv,
@@ -136,7 +136,7 @@ impl Fragment {
 
     /// Open an existing fragment directory (made private first, if an older version
     /// left any of it readable by others).
-    pub fn open(dir: &Path, env: &FragmentEnv) -> StoreResult<Arc<Fragment>> {
+    pub(crate) fn open(dir: &Path, env: &FragmentEnv) -> StoreResult<Arc<Fragment>> {
         make_private(dir)?;
         let config = FragmentConfig::load(&dir.join(CONFIG_FILE))?;
         let meta = MetaStore::open(&dir.join(META_FILE))?;
@@ -166,17 +166,17 @@ impl Fragment {
     }
 
     /// The fragment's directory (its file system is what a stage-in syncs).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// True once destroyed or closed: requests then get ESTALE.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
 
     /// Stop serving: close the database (checkpointing it) and every open file.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         if let Err(e) = self.meta.close() {
             tracing::error!(
@@ -191,7 +191,7 @@ impl Fragment {
 
     /// Close, then remove the fragment from disk: renamed away first (so it is gone at
     /// once, even if the removal is cut short) then deleted.
-    pub fn destroy(&self, fragments: &Path) -> StoreResult<()> {
+    pub(crate) fn destroy(&self, fragments: &Path) -> StoreResult<()> {
         self.close();
         let doomed = fragments.join(format!(".{}.destroying", self.config.instance));
         remove_tree(&doomed)?;
@@ -200,11 +200,11 @@ impl Fragment {
         remove_tree(&doomed)
     }
 
-    pub fn index(&self) -> ServerIndex {
+    pub(crate) fn index(&self) -> ServerIndex {
         self.config.server_index()
     }
 
-    pub fn home(&self) -> Home {
+    pub(crate) fn home(&self) -> Home {
         Home {
             index: self.index(),
             count: self.config.count(),
@@ -213,7 +213,7 @@ impl Fragment {
     }
 
     /// FragmentStats: usage counters for accounting.
-    pub fn stats_reply(&self) -> StoreResult<FragmentStatsReply> {
+    pub(crate) fn stats_reply(&self) -> StoreResult<FragmentStatsReply> {
         let c = self.data.counters();
         let used = self.data.used();
         Ok(FragmentStatsReply {
@@ -229,7 +229,7 @@ impl Fragment {
         })
     }
 
-    pub fn info(&self) -> StoreResult<FragmentInfo> {
+    pub(crate) fn info(&self) -> StoreResult<FragmentInfo> {
         Ok(FragmentInfo {
             instance: self.config.instance,
             index: self.config.index,
@@ -254,7 +254,7 @@ impl Fragment {
     /// cuts the stripes (when the metadata log cannot be written, e.g. on a full disk,
     /// nothing has changed and the caller gets the error); growing cuts first (a no-op
     /// on stripes wholly inside the old size) and commits after.
-    pub fn set_attr(&self, ino: InodeNo, ch: &AttrChange) -> StoreResult<Attr> {
+    pub(crate) fn set_attr(&self, ino: InodeNo, ch: &AttrChange) -> StoreResult<Attr> {
         let Some(SizeChange::Set(size)) = ch.size else {
             return self.meta.set_attr(ino, ch);
         };
@@ -323,7 +323,7 @@ impl Fragment {
     }
 
     /// LinkCount: the reply shows the new count even when the inode was purged.
-    pub fn link_count(&self, ino: InodeNo, delta: i32) -> StoreResult<Attr> {
+    pub(crate) fn link_count(&self, ino: InodeNo, delta: i32) -> StoreResult<Attr> {
         let a = self.meta.link_count(ino, delta)?;
         if a.nlink == 0 {
             self.purge_if_unused(&self.lock_opens(), ino);
@@ -332,7 +332,7 @@ impl Fragment {
     }
 
     /// Count one open of `ino` (which must exist).
-    pub fn open_inode(&self, ino: InodeNo) -> StoreResult<Attr> {
+    pub(crate) fn open_inode(&self, ino: InodeNo) -> StoreResult<Attr> {
         let mut opens = self.lock_opens();
         let a = self.meta.get_attr(ino)?;
         opens.add(ino, 1);
@@ -340,7 +340,7 @@ impl Fragment {
     }
 
     /// Drop `n` opens of `ino`; the last one purges an unlinked inode.
-    pub fn release(&self, ino: InodeNo, n: u64) {
+    pub(crate) fn release(&self, ino: InodeNo, n: u64) {
         let mut opens = self.lock_opens();
         let (taken, left) = opens.sub(ino, n);
         if taken > 0 && left == 0 {
@@ -349,7 +349,7 @@ impl Fragment {
     }
 
     /// Purge every inode left without links (at start, when nothing is open).
-    pub fn purge_orphans(&self) -> StoreResult<usize> {
+    pub(crate) fn purge_orphans(&self) -> StoreResult<usize> {
         let orphans = self.meta.orphans()?;
         let opens = self.lock_opens();
         for &ino in &orphans {
@@ -359,7 +359,7 @@ impl Fragment {
     }
 
     /// Try every pending purge once; returns how many are still pending.
-    pub fn purge_pass(&self) -> usize {
+    pub(crate) fn purge_pass(&self) -> usize {
         if self.is_closed() {
             return 0;
         }

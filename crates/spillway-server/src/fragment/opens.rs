@@ -5,16 +5,16 @@ use spillway_types::InodeNo;
 use std::collections::HashMap;
 
 #[derive(Default, Debug)]
-pub struct OpenCounts(HashMap<InodeNo, u64>);
+pub(crate) struct OpenCounts(HashMap<InodeNo, u64>);
 
 impl OpenCounts {
-    pub fn add(&mut self, ino: InodeNo, n: u64) {
+    pub(crate) fn add(&mut self, ino: InodeNo, n: u64) {
         *self.0.entry(ino).or_insert(0) += n;
     }
 
     /// Take up to `n` opens of `ino` away; returns how many were taken and how many are
     /// left.
-    pub fn sub(&mut self, ino: InodeNo, n: u64) -> (u64, u64) {
+    pub(crate) fn sub(&mut self, ino: InodeNo, n: u64) -> (u64, u64) {
         let Some(c) = self.0.get_mut(&ino) else {
             return (0, 0);
         };
@@ -27,11 +27,11 @@ impl OpenCounts {
         (taken, left)
     }
 
-    pub fn count(&self, ino: InodeNo) -> u64 {
+    pub(crate) fn count(&self, ino: InodeNo) -> u64 {
         self.0.get(&ino).copied().unwrap_or(0)
     }
 
-    pub fn drain(&mut self) -> Vec<(InodeNo, u64)> {
+    pub(crate) fn drain(&mut self) -> Vec<(InodeNo, u64)> {
         self.0.drain().collect()
     }
 }

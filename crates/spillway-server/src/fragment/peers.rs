@@ -6,7 +6,7 @@ use spillway_wire::{Endpoint, HelloReq, Role};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-pub struct Peers {
+pub(super) struct Peers {
     addrs: Vec<String>,
     hello: HelloReq,
     deadline: Duration,
@@ -15,7 +15,11 @@ pub struct Peers {
 }
 
 impl Peers {
-    pub fn new(config: &FragmentConfig, deadline: Duration, reconnect_window: Duration) -> Peers {
+    pub(super) fn new(
+        config: &FragmentConfig,
+        deadline: Duration,
+        reconnect_window: Duration,
+    ) -> Peers {
         let hello = HelloReq::new(
             Role::Peer,
             config.instance,
@@ -37,7 +41,7 @@ impl Peers {
     }
 
     /// The endpoint of server `index`, if the instance has one.
-    pub fn get(&self, index: ServerIndex) -> Option<&Endpoint> {
+    pub(super) fn get(&self, index: ServerIndex) -> Option<&Endpoint> {
         let addr = self.addrs.get(usize::from(index.0))?;
         let slot = self.endpoints.get(usize::from(index.0))?;
         Some(slot.get_or_init(|| {
@@ -50,7 +54,7 @@ impl Peers {
         }))
     }
 
-    pub fn disconnect_all(&self) {
+    pub(super) fn disconnect_all(&self) {
         for ep in self.endpoints.iter().filter_map(OnceLock::get) {
             ep.disconnect();
         }

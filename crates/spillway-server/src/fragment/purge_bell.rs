@@ -7,16 +7,16 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 
 /// Wakes the purge thread. Rings coalesce: one pass handles all logged purges.
 #[derive(Clone)]
-pub struct PurgeWaker(Sender<()>);
+pub(crate) struct PurgeWaker(Sender<()>);
 
 impl PurgeWaker {
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         let _ = self.0.try_send(());
     }
 }
 
 /// A new doorbell: the waker for the fragments, the receiver for the purge thread.
-pub fn doorbell() -> (PurgeWaker, Receiver<()>) {
+pub(crate) fn doorbell() -> (PurgeWaker, Receiver<()>) {
     let (tx, rx) = bounded(1);
     (PurgeWaker(tx), rx)
 }

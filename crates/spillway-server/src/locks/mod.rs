@@ -22,10 +22,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// A conflict: F_SETLK's answer (the client waits and asks again for F_SETLKW).
-pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+pub(crate) const EAGAIN: Errno = Errno(libc::EAGAIN);
 
 /// A fresh id for a session's locks (ids are never reused within a server's life).
-pub fn new_session_id() -> u64 {
+pub(crate) fn new_session_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
@@ -63,7 +63,7 @@ struct State {
     expired: HashSet<u64>,
 }
 
-pub struct LockTable {
+pub(crate) struct LockTable {
     state: Mutex<State>,
     lease: Duration,
 }
@@ -84,7 +84,7 @@ fn kind_of(k: u8) -> Result<Option<Kind>, Errno> {
 }
 
 impl LockTable {
-    pub fn with_lease(lease: Duration) -> LockTable {
+    pub(crate) fn with_lease(lease: Duration) -> LockTable {
         LockTable {
             state: Mutex::new(State::default()),
             lease,
@@ -97,7 +97,7 @@ impl LockTable {
 
     /// Set, change or remove a lock (LockReq). Returns how many locks the owner holds
     /// on the inode in that class afterwards; EAGAIN on a conflict.
-    pub fn set(&self, session: u64, r: &LockReq, now: Instant) -> Result<u32, Errno> {
+    pub(crate) fn set(&self, session: u64, r: &LockReq, now: Instant) -> Result<u32, Errno> {
         if r.start > r.end || (r.class != lock_class::POSIX && r.class != lock_class::FLOCK) {
             return Err(Errno::EINVAL);
         }
@@ -127,7 +127,7 @@ impl LockTable {
     }
 
     /// F_GETLK: the conflicting lock, if any.
-    pub fn test(
+    pub(crate) fn test(
         &self,
         session: u64,
         r: &GetLkReq,
@@ -163,7 +163,7 @@ impl LockTable {
     }
 
     /// Drop an owner's locks on one inode (close, last close).
-    pub fn unlock_owner(&self, session: u64, r: &UnlockOwnerReq) {
+    pub(crate) fn unlock_owner(&self, session: u64, r: &UnlockOwnerReq) {
         let owner = Owner {
             session,
             id: r.owner,
@@ -184,7 +184,7 @@ impl LockTable {
 
     /// A session shows it is alive; tells it whether its locks were dropped for a
     /// lapsed lease since it last asked, and how many it holds.
-    pub fn renew(&self, session: u64, now: Instant) -> LockRenewReply {
+    pub(crate) fn renew(&self, session: u64, now: Instant) -> LockRenewReply {
         let mut guard = self.lock();
         let st = &mut *guard;
         self.expire(st, now);
@@ -212,7 +212,7 @@ impl LockTable {
     }
 
     /// The session's connection is gone: every lock it held goes too.
-    pub fn drop_session(&self, session: u64) {
+    pub(crate) fn drop_session(&self, session: u64) {
         let mut st = self.lock();
         st.expired.remove(&session);
         st.drop_session(session);

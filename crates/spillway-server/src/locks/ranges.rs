@@ -8,20 +8,20 @@
 /// kernel gave it (a process's file table for fcntl locks, an open file description
 /// for OFD locks and flocks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Owner {
+pub(super) struct Owner {
     pub session: u64,
     pub id: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(super) enum Kind {
     Read,
     Write,
 }
 
 /// One held lock on bytes `[start, end]` (inclusive).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Held {
+pub(super) struct Held {
     pub owner: Owner,
     pub kind: Kind,
     pub start: u64,
@@ -43,22 +43,22 @@ impl Held {
 }
 
 #[derive(Debug, Default, Clone)]
-pub struct RangeLocks {
+pub(super) struct RangeLocks {
     held: Vec<Held>,
 }
 
 impl RangeLocks {
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.held.is_empty()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Held> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Held> {
         self.held.iter()
     }
 
     /// The first lock of another owner that a `kind` lock on `[start, end]` would
     /// conflict with (lowest start first, as Linux reports).
-    pub fn conflict(&self, owner: Owner, kind: Kind, start: u64, end: u64) -> Option<&Held> {
+    pub(super) fn conflict(&self, owner: Owner, kind: Kind, start: u64, end: u64) -> Option<&Held> {
         self.held
             .iter()
             .filter(|h| h.conflicts(owner, kind, start, end))
@@ -66,13 +66,13 @@ impl RangeLocks {
     }
 
     /// How many locks `owner` holds here.
-    pub fn count(&self, owner: Owner) -> u32 {
+    pub(super) fn count(&self, owner: Owner) -> u32 {
         self.held.iter().filter(|h| h.owner == owner).count() as u32
     }
 
     /// fcntl's F_SETLK: `kind` None unlocks. On a conflict nothing changes and the
     /// conflicting lock is returned.
-    pub fn set_posix(
+    pub(super) fn set_posix(
         &mut self,
         owner: Owner,
         kind: Option<Kind>,
@@ -126,7 +126,12 @@ impl RangeLocks {
     /// first drops the owner's lock, then takes the new one if nothing conflicts (so
     /// a refused conversion leaves the owner with no lock, and two shared holders
     /// converting at once cannot deadlock).
-    pub fn set_flock(&mut self, owner: Owner, kind: Option<Kind>, pid: u32) -> Result<(), Held> {
+    pub(super) fn set_flock(
+        &mut self,
+        owner: Owner,
+        kind: Option<Kind>,
+        pid: u32,
+    ) -> Result<(), Held> {
         if let Some(k) = kind {
             if let Some(h) = self.held.iter().find(|h| h.owner == owner) {
                 if h.kind == k {
@@ -150,7 +155,7 @@ impl RangeLocks {
     }
 
     /// Drop every lock whose owner `gone` says is gone; how many were dropped.
-    pub fn drop_owners(&mut self, gone: impl Fn(&Owner) -> bool) -> usize {
+    pub(super) fn drop_owners(&mut self, gone: impl Fn(&Owner) -> bool) -> usize {
         let before = self.held.len();
         self.held.retain(|h| !gone(&h.owner));
         before - self.held.len()

@@ -28,7 +28,7 @@ impl MetaStore {
     /// Record that server `server` holds `bytes` of each listed inode's stripes, and
     /// recompute the inodes' `blocks`. Inodes not homed here (or already purged) are
     /// skipped: their report came too late to matter. Returns how many were recorded.
-    pub fn set_allocs(&self, server: u16, entries: &[(InodeNo, u64)]) -> StoreResult<usize> {
+    pub(crate) fn set_allocs(&self, server: u16, entries: &[(InodeNo, u64)]) -> StoreResult<usize> {
         self.txn(|tx| {
             let mut recorded = 0;
             for &(ino, bytes) in entries {

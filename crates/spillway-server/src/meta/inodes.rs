@@ -79,16 +79,16 @@ fn add_links(nlink: u32, delta: i32) -> u32 {
 }
 
 impl MetaStore {
-    pub fn get_attr(&self, ino: InodeNo) -> StoreResult<Attr> {
+    pub(crate) fn get_attr(&self, ino: InodeNo) -> StoreResult<Attr> {
         self.with(|c| rows::get_inode(c, ino)?.ok_or(fs(Errno::ENOENT)))
     }
 
-    pub fn set_attr(&self, ino: InodeNo, ch: &AttrChange) -> StoreResult<Attr> {
+    pub(crate) fn set_attr(&self, ino: InodeNo, ch: &AttrChange) -> StoreResult<Attr> {
         self.txn(|tx| set_attr_in(tx, ino, ch, Timespec::now()))
     }
 
     /// Many setattrs in one transaction (see `create_many`).
-    pub fn set_attr_many(
+    pub(crate) fn set_attr_many(
         &self,
         changes: &[(InodeNo, AttrChange)],
     ) -> StoreResult<Vec<StoreResult<Attr>>> {
@@ -103,7 +103,7 @@ impl MetaStore {
 
     /// nlink += delta (floored at 0), ctime = now. The caller purges the inode if this
     /// left it without links and nobody has it open.
-    pub fn link_count(&self, ino: InodeNo, delta: i32) -> StoreResult<Attr> {
+    pub(crate) fn link_count(&self, ino: InodeNo, delta: i32) -> StoreResult<Attr> {
         self.txn(|tx| {
             let mut a = rows::get_inode(tx, ino)?.ok_or(fs(Errno::ENOENT))?;
             a.nlink = add_links(a.nlink, delta);
@@ -114,7 +114,7 @@ impl MetaStore {
     }
 
     /// A directory's entries changed: mtime = ctime = now, nlink += delta.
-    pub fn touch_dir(&self, ino: InodeNo, nlink_delta: i32) -> StoreResult<Attr> {
+    pub(crate) fn touch_dir(&self, ino: InodeNo, nlink_delta: i32) -> StoreResult<Attr> {
         self.txn(|tx| {
             let mut a = rows::get_inode(tx, ino)?.ok_or(fs(Errno::ENOENT))?;
             a.nlink = add_links(a.nlink, nlink_delta);
@@ -127,7 +127,7 @@ impl MetaStore {
     }
 
     /// Data was written up to `size`: grow the size (never shrink), touch if asked.
-    pub fn extend_size(&self, ino: InodeNo, size: u64, touch: bool) -> StoreResult<Attr> {
+    pub(crate) fn extend_size(&self, ino: InodeNo, size: u64, touch: bool) -> StoreResult<Attr> {
         self.txn(|tx| {
             let mut a = rows::get_inode(tx, ino)?.ok_or(fs(Errno::ENOENT))?;
             let grows = size > a.size;
@@ -149,7 +149,7 @@ impl MetaStore {
 
     /// Stripe geometry of a file without data (EBUSY once it has a size), or of a
     /// directory (the default of files created in it).
-    pub fn set_layout(
+    pub(crate) fn set_layout(
         &self,
         ino: InodeNo,
         stripe_size: u32,
@@ -182,7 +182,7 @@ impl MetaStore {
         })
     }
 
-    pub fn read_link(&self, ino: InodeNo) -> StoreResult<Vec<u8>> {
+    pub(crate) fn read_link(&self, ino: InodeNo) -> StoreResult<Vec<u8>> {
         self.with(|c| {
             let a = rows::get_inode(c, ino)?.ok_or(fs(Errno::ENOENT))?;
             if a.kind != FileKind::Symlink {

@@ -21,10 +21,10 @@ mod schema;
 mod types;
 mod xattrs;
 
-pub use namespace::Home;
-pub use purges::PurgeRecord;
-pub use schema::RootSpec;
-pub use types::{
+pub(crate) use namespace::Home;
+pub(crate) use purges::PurgeRecord;
+pub(crate) use schema::RootSpec;
+pub(crate) use types::{
     AttrChange, DirPage, Entry, Expect, Found, NamedEntry, NewNode, RenameMode, Renamed,
     SizeChange, TimeChange, XattrMode,
 };
@@ -35,7 +35,7 @@ use spillway_types::Errno;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-pub struct MetaStore {
+pub(crate) struct MetaStore {
     path: PathBuf,
     /// `None` once closed (fragment destroyed or server stopping): requests get ESTALE.
     conn: Mutex<Option<Connection>>,
@@ -44,7 +44,11 @@ pub struct MetaStore {
 impl MetaStore {
     /// Create a new database at `path` (which must not exist) with its first inode
     /// counter, and the root directory when `root` is given.
-    pub fn init(path: &Path, first_counter: u64, root: Option<RootSpec>) -> StoreResult<MetaStore> {
+    pub(crate) fn init(
+        path: &Path,
+        first_counter: u64,
+        root: Option<RootSpec>,
+    ) -> StoreResult<MetaStore> {
         let mut conn = schema::create(path, first_counter)?;
         if let Some(root) = root {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -58,7 +62,7 @@ impl MetaStore {
     }
 
     /// Open an existing database.
-    pub fn open(path: &Path) -> StoreResult<MetaStore> {
+    pub(crate) fn open(path: &Path) -> StoreResult<MetaStore> {
         let conn = schema::open(path)?;
         Ok(MetaStore {
             path: path.to_path_buf(),
@@ -98,7 +102,7 @@ impl MetaStore {
     /// reach the WAL file without an fsync, so sync the WAL. (The main file needs no
     /// sync here: SQLite syncs it after every checkpoint, before the WAL is reused.)
     /// Holding the lock keeps a commit from racing the sync.
-    pub fn sync(&self) -> StoreResult<()> {
+    pub(crate) fn sync(&self) -> StoreResult<()> {
         self.with(|_conn| {
             let mut wal = self.path.clone().into_os_string();
             wal.push("-wal");
@@ -114,7 +118,7 @@ impl MetaStore {
 
     /// Checkpoint the WAL into the main file and close the database. Later calls fail
     /// with ESTALE. Closing twice is fine.
-    pub fn close(&self) -> StoreResult<()> {
+    pub(crate) fn close(&self) -> StoreResult<()> {
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(conn) = conn {
             conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
@@ -124,7 +128,7 @@ impl MetaStore {
     }
 
     /// Number of inodes homed here.
-    pub fn inode_count(&self) -> StoreResult<u64> {
+    pub(crate) fn inode_count(&self) -> StoreResult<u64> {
         self.count("SELECT COUNT(*) FROM inodes")
     }
 

@@ -13,19 +13,24 @@ use spillway_types::tunables::MAX_STRIPE_SIZE;
 use spillway_types::{Attr, Errno, FileKind, InodeNo, ServerIndex, Timespec};
 
 /// Most entries one readdir page returns, whatever the caller asks.
-pub const MAX_READDIR_PAGE: u32 = 65536;
+pub(super) const MAX_READDIR_PAGE: u32 = 65536;
 
 /// Where this store sits in its instance: what a create needs to place and shape a
 /// new inode.
 #[derive(Clone, Copy, Debug)]
-pub struct Home {
+pub(crate) struct Home {
     pub index: ServerIndex,
     pub count: u16,
     pub default_stripe_size: u32,
 }
 
 impl MetaStore {
-    pub fn lookup(&self, parent: InodeNo, name: &[u8], here: ServerIndex) -> StoreResult<Found> {
+    pub(crate) fn lookup(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        here: ServerIndex,
+    ) -> StoreResult<Found> {
         check_name(name)?;
         self.with(|c| {
             let entry = rows::get_entry(c, parent, name)?.ok_or(fs(Errno::ENOENT))?;
@@ -39,7 +44,7 @@ impl MetaStore {
     }
 
     /// Create an inode homed here and its entry, in one transaction.
-    pub fn create(&self, node: &NewNode, home: Home) -> StoreResult<Attr> {
+    pub(crate) fn create(&self, node: &NewNode, home: Home) -> StoreResult<Attr> {
         let checked = checked_create(node, &home)?;
         self.txn(|tx| create_in(tx, node, &home, checked))
     }
@@ -47,7 +52,7 @@ impl MetaStore {
     /// Many creates in one transaction (a batch of staged files: one commit instead of
     /// one per file). Each create answers for itself; a protocol outcome (EEXIST,
     /// ENOENT, ...) of one does not stop the others, a database failure stops all.
-    pub fn create_many(
+    pub(crate) fn create_many(
         &self,
         nodes: &[NewNode],
         home: Home,
@@ -64,7 +69,12 @@ impl MetaStore {
         })
     }
 
-    pub fn remove_entry(&self, parent: InodeNo, name: &[u8], wanted: Expect) -> StoreResult<Entry> {
+    pub(crate) fn remove_entry(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        wanted: Expect,
+    ) -> StoreResult<Entry> {
         check_name(name)?;
         self.txn(|tx| {
             let entry = rows::get_entry(tx, parent, name)?.ok_or(fs(Errno::ENOENT))?;
@@ -79,7 +89,7 @@ impl MetaStore {
         })
     }
 
-    pub fn insert_entry(
+    pub(crate) fn insert_entry(
         &self,
         parent: InodeNo,
         name: &[u8],
@@ -102,7 +112,7 @@ impl MetaStore {
 
     /// Rename with both entries on this server, atomically (renameat2 semantics for the
     /// flags; the checks that need other servers are the client's).
-    pub fn rename(
+    pub(crate) fn rename(
         &self,
         old_parent: InodeNo,
         old_name: &[u8],
@@ -163,7 +173,7 @@ impl MetaStore {
         })
     }
 
-    pub fn read_dir(&self, dir: InodeNo, after: &[u8], max: u32) -> StoreResult<DirPage> {
+    pub(crate) fn read_dir(&self, dir: InodeNo, after: &[u8], max: u32) -> StoreResult<DirPage> {
         let max = max.min(MAX_READDIR_PAGE);
         self.with(|c| {
             // One row more than asked tells whether another page follows.
@@ -175,7 +185,7 @@ impl MetaStore {
     }
 
     /// Seal `dir` on this server if it holds none of its entries.
-    pub fn seal_dir(&self, dir: InodeNo) -> StoreResult<()> {
+    pub(crate) fn seal_dir(&self, dir: InodeNo) -> StoreResult<()> {
         self.txn(|tx| {
             if rows::has_entries(tx, dir)? {
                 return Err(fs(Errno::ENOTEMPTY));
@@ -186,7 +196,7 @@ impl MetaStore {
         })
     }
 
-    pub fn unseal_dir(&self, dir: InodeNo) -> StoreResult<()> {
+    pub(crate) fn unseal_dir(&self, dir: InodeNo) -> StoreResult<()> {
         self.with(|c| {
             c.prepare_cached("DELETE FROM sealed WHERE ino = ?1")?
                 .execute([rows::ino_sql(dir)])?;

@@ -10,7 +10,7 @@ use spillway_types::{FileKind, InodeNo};
 
 /// A purge whose data deletion is still owed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PurgeRecord {
+pub(crate) struct PurgeRecord {
     pub ino: InodeNo,
     pub stripe_size: u32,
     pub stripe_width: u16,
@@ -21,7 +21,7 @@ impl MetaStore {
     /// file (the only kind with stripes), log the data deletion. Returns whether a data
     /// deletion was logged. Purging an absent or linked inode does nothing, so racing
     /// callers (last close vs. last unlink) cannot purge twice.
-    pub fn begin_purge(&self, ino: InodeNo) -> StoreResult<bool> {
+    pub(crate) fn begin_purge(&self, ino: InodeNo) -> StoreResult<bool> {
         self.txn(|tx| {
             let Some(a) = rows::get_inode(tx, ino)? else {
                 return Ok(false);
@@ -42,11 +42,11 @@ impl MetaStore {
     }
 
     /// How many purges are still owed (for operators: `FragmentList`).
-    pub fn purge_count(&self) -> StoreResult<u64> {
+    pub(crate) fn purge_count(&self) -> StoreResult<u64> {
         self.count("SELECT COUNT(*) FROM purges")
     }
 
-    pub fn pending_purges(&self) -> StoreResult<Vec<PurgeRecord>> {
+    pub(crate) fn pending_purges(&self) -> StoreResult<Vec<PurgeRecord>> {
         self.with(|c| {
             let mut stmt =
                 c.prepare_cached("SELECT ino, stripe_size, stripe_width FROM purges ORDER BY ino")?;
@@ -77,7 +77,7 @@ impl MetaStore {
     }
 
     /// Every server has deleted the data of `ino`.
-    pub fn finish_purge(&self, ino: InodeNo) -> StoreResult<()> {
+    pub(crate) fn finish_purge(&self, ino: InodeNo) -> StoreResult<()> {
         self.with(|c| {
             c.prepare_cached("DELETE FROM purges WHERE ino = ?1")?
                 .execute(params![rows::ino_sql(ino)])?;
@@ -87,7 +87,7 @@ impl MetaStore {
 
     /// Inodes with no link left: after a restart nothing has them open, so all are
     /// purged at start.
-    pub fn orphans(&self) -> StoreResult<Vec<InodeNo>> {
+    pub(crate) fn orphans(&self) -> StoreResult<Vec<InodeNo>> {
         self.with(|c| {
             let mut stmt = c.prepare_cached("SELECT ino FROM inodes WHERE nlink = 0")?;
             let inos = stmt.query_map([], |r| r.get::<_, i64>(0))?;

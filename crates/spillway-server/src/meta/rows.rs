@@ -7,15 +7,15 @@ use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, ToS
 use spillway_types::{Attr, FileKind, InodeNo, Timespec};
 
 /// u64 values are stored bit-for-bit in SQLite's signed INTEGER.
-pub fn sql_u64(v: u64) -> i64 {
+pub(super) fn sql_u64(v: u64) -> i64 {
     v as i64
 }
 
-pub fn from_sql_u64(v: i64) -> u64 {
+pub(super) fn from_sql_u64(v: i64) -> u64 {
     v as u64
 }
 
-pub fn ino_sql(ino: InodeNo) -> i64 {
+pub(super) fn ino_sql(ino: InodeNo) -> i64 {
     sql_u64(ino.0)
 }
 
@@ -79,7 +79,7 @@ impl RawInode {
     }
 }
 
-pub fn get_inode(c: &Connection, ino: InodeNo) -> StoreResult<Option<Attr>> {
+pub(super) fn get_inode(c: &Connection, ino: InodeNo) -> StoreResult<Option<Attr>> {
     let raw = c
         .prepare_cached(&format!("SELECT {INODE_COLS} FROM inodes WHERE ino = ?1"))?
         .query_row(params![ino_sql(ino)], raw_inode)
@@ -87,7 +87,7 @@ pub fn get_inode(c: &Connection, ino: InodeNo) -> StoreResult<Option<Attr>> {
     raw.map(|r| r.into_attr(ino)).transpose()
 }
 
-pub fn get_target(c: &Connection, ino: InodeNo) -> StoreResult<Option<Vec<u8>>> {
+pub(super) fn get_target(c: &Connection, ino: InodeNo) -> StoreResult<Option<Vec<u8>>> {
     Ok(
         c.prepare_cached("SELECT target FROM inodes WHERE ino = ?1")?
             .query_row(params![ino_sql(ino)], |r| r.get(0))
@@ -123,7 +123,7 @@ const UPDATE_INODE: &str = "UPDATE inodes SET mode=?2, nlink=?3, uid=?4, gid=?5,
      size=?7, atime_s=?8, atime_ns=?9, mtime_s=?10, mtime_ns=?11, ctime_s=?12, ctime_ns=?13 \
      WHERE ino=?1";
 
-pub fn insert_inode(c: &Connection, a: &Attr, target: &[u8]) -> StoreResult<()> {
+pub(super) fn insert_inode(c: &Connection, a: &Attr, target: &[u8]) -> StoreResult<()> {
     let ino = ino_sql(a.ino);
     let cols = mutable_cols(a);
     let (kind, blocks) = (a.kind as u8, sql_u64(a.blocks));
@@ -144,7 +144,7 @@ pub fn insert_inode(c: &Connection, a: &Attr, target: &[u8]) -> StoreResult<()> 
 
 /// Write back the mutable attributes (the kind and target never change; the stripe
 /// geometry only through `update_layout`).
-pub fn update_inode(c: &Connection, a: &Attr) -> StoreResult<()> {
+pub(super) fn update_inode(c: &Connection, a: &Attr) -> StoreResult<()> {
     let values = std::iter::once(ino_sql(a.ino)).chain(mutable_cols(a));
     c.prepare_cached(UPDATE_INODE)?
         .execute(params_from_iter(values))?;
@@ -152,7 +152,7 @@ pub fn update_inode(c: &Connection, a: &Attr) -> StoreResult<()> {
 }
 
 /// The stripe geometry (SetLayout only: everything else keeps it for life).
-pub fn update_layout(c: &Connection, a: &Attr) -> StoreResult<()> {
+pub(super) fn update_layout(c: &Connection, a: &Attr) -> StoreResult<()> {
     c.prepare_cached(
         "UPDATE inodes SET stripe_size=?2, stripe_width=?3, ctime_s=?4, ctime_ns=?5 WHERE ino=?1",
     )?
@@ -166,7 +166,7 @@ pub fn update_layout(c: &Connection, a: &Attr) -> StoreResult<()> {
     Ok(())
 }
 
-pub fn delete_inode(c: &Connection, ino: InodeNo) -> StoreResult<()> {
+pub(super) fn delete_inode(c: &Connection, ino: InodeNo) -> StoreResult<()> {
     c.prepare_cached("DELETE FROM inodes WHERE ino = ?1")?
         .execute(params![ino_sql(ino)])?;
     c.prepare_cached("DELETE FROM xattrs WHERE ino = ?1")?
@@ -185,7 +185,11 @@ fn entry_ref(child: i64, kind: i64) -> StoreResult<Entry> {
     })
 }
 
-pub fn get_entry(c: &Connection, parent: InodeNo, name: &[u8]) -> StoreResult<Option<Entry>> {
+pub(super) fn get_entry(
+    c: &Connection,
+    parent: InodeNo,
+    name: &[u8],
+) -> StoreResult<Option<Entry>> {
     let raw: Option<(i64, i64)> = c
         .prepare_cached("SELECT child, kind FROM dentries WHERE parent = ?1 AND name = ?2")?
         .query_row(params![ino_sql(parent), name], |r| {
@@ -196,7 +200,12 @@ pub fn get_entry(c: &Connection, parent: InodeNo, name: &[u8]) -> StoreResult<Op
 }
 
 /// Insert or overwrite the entry `(parent, name)`.
-pub fn put_entry(c: &Connection, parent: InodeNo, name: &[u8], e: &Entry) -> StoreResult<()> {
+pub(super) fn put_entry(
+    c: &Connection,
+    parent: InodeNo,
+    name: &[u8],
+    e: &Entry,
+) -> StoreResult<()> {
     c.prepare_cached(
         "INSERT OR REPLACE INTO dentries(parent, name, child, kind) VALUES (?1, ?2, ?3, ?4)",
     )?
@@ -204,14 +213,14 @@ pub fn put_entry(c: &Connection, parent: InodeNo, name: &[u8], e: &Entry) -> Sto
     Ok(())
 }
 
-pub fn delete_entry(c: &Connection, parent: InodeNo, name: &[u8]) -> StoreResult<()> {
+pub(super) fn delete_entry(c: &Connection, parent: InodeNo, name: &[u8]) -> StoreResult<()> {
     c.prepare_cached("DELETE FROM dentries WHERE parent = ?1 AND name = ?2")?
         .execute(params![ino_sql(parent), name])?;
     Ok(())
 }
 
 /// Up to `limit` entries of `dir` named after `after` (byte order).
-pub fn list_entries(
+pub(super) fn list_entries(
     c: &Connection,
     dir: InodeNo,
     after: &[u8],
@@ -238,7 +247,7 @@ pub fn list_entries(
     Ok(out)
 }
 
-pub fn has_entries(c: &Connection, dir: InodeNo) -> StoreResult<bool> {
+pub(super) fn has_entries(c: &Connection, dir: InodeNo) -> StoreResult<bool> {
     Ok(
         c.prepare_cached("SELECT 1 FROM dentries WHERE parent = ?1 LIMIT 1")?
             .query_row(params![ino_sql(dir)], |_| Ok(()))
@@ -247,7 +256,7 @@ pub fn has_entries(c: &Connection, dir: InodeNo) -> StoreResult<bool> {
     )
 }
 
-pub fn is_sealed(c: &Connection, dir: InodeNo) -> StoreResult<bool> {
+pub(super) fn is_sealed(c: &Connection, dir: InodeNo) -> StoreResult<bool> {
     Ok(c.prepare_cached("SELECT 1 FROM sealed WHERE ino = ?1")?
         .query_row(params![ino_sql(dir)], |_| Ok(()))
         .optional()?
@@ -257,7 +266,7 @@ pub fn is_sealed(c: &Connection, dir: InodeNo) -> StoreResult<bool> {
 /// Take the next inode counter value of this server.
 /// Take the next inode counter: the one `pick` chooses at or after the stored next
 /// counter (skipped counters are never used).
-pub fn next_counter(c: &Connection, pick: impl Fn(u64) -> u64) -> StoreResult<u64> {
+pub(super) fn next_counter(c: &Connection, pick: impl Fn(u64) -> u64) -> StoreResult<u64> {
     let v: i64 = c
         .prepare_cached("SELECT value FROM meta WHERE key = 'next_inode'")?
         .query_row([], |r| r.get(0))

@@ -7,7 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use spillway_types::{Attr, FileKind, Timespec, ROOT_INODE};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: i64 = 2;
+pub(super) const SCHEMA_VERSION: i64 = 2;
 
 const DDL: &str = "
 CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -57,7 +57,7 @@ UPDATE meta SET value = 2 WHERE key = 'schema_version';
 
 /// Owner and mode of a new instance's root directory.
 #[derive(Clone, Copy, Debug)]
-pub struct RootSpec {
+pub(crate) struct RootSpec {
     pub uid: u32,
     pub gid: u32,
     pub mode: u32,
@@ -84,7 +84,7 @@ fn configure(conn: &Connection) -> StoreResult<()> {
     Ok(())
 }
 
-pub fn create(path: &Path, first_counter: u64) -> StoreResult<Connection> {
+pub(super) fn create(path: &Path, first_counter: u64) -> StoreResult<Connection> {
     // SQLite would create the file 0644 (and its WAL with the same mode): made 0600
     // first, so the metadata is never readable by others.
     spillway_types::files::precreate_private(path)?;
@@ -104,7 +104,7 @@ pub fn create(path: &Path, first_counter: u64) -> StoreResult<Connection> {
     Ok(conn)
 }
 
-pub fn open(path: &Path) -> StoreResult<Connection> {
+pub(super) fn open(path: &Path) -> StoreResult<Connection> {
     if !path.exists() {
         return Err(StoreError::Corrupt(format!(
             "{} is missing",
@@ -142,7 +142,7 @@ pub fn open(path: &Path) -> StoreResult<Connection> {
     Ok(conn)
 }
 
-pub fn insert_root(conn: &Connection, root: &RootSpec) -> StoreResult<()> {
+pub(super) fn insert_root(conn: &Connection, root: &RootSpec) -> StoreResult<()> {
     let now = Timespec::now();
     let attr = Attr {
         ino: ROOT_INODE,

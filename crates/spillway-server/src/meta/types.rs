@@ -45,7 +45,7 @@ pub struct Renamed {
 
 /// The kind of entry a removal expects (unlink wants no directory, rmdir one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expect {
+pub(crate) enum Expect {
     Any,
     NotDir,
     Dir,
@@ -53,7 +53,7 @@ pub enum Expect {
 
 /// How a rename treats an existing destination (renameat2 semantics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RenameMode {
+pub(crate) enum RenameMode {
     /// Replace it (plain rename).
     Replace,
     /// Fail with EEXIST (RENAME_NOREPLACE).
@@ -65,7 +65,7 @@ pub enum RenameMode {
 /// The conditions of a setxattr (the Linux flags as booleans; both set means the
 /// attribute can never be set, as on Linux).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct XattrMode {
+pub(crate) struct XattrMode {
     /// Fail with EEXIST if the attribute exists (XATTR_CREATE).
     pub must_create: bool,
     /// Fail with ENODATA if it does not (XATTR_REPLACE).
@@ -77,7 +77,7 @@ pub struct XattrMode {
 
 /// An inode to create, homed here, and its entry `(parent, name)`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewNode {
+pub(crate) struct NewNode {
     pub parent: InodeNo,
     pub name: Vec<u8>,
     pub kind: FileKind,
@@ -98,7 +98,7 @@ pub struct NewNode {
 impl NewNode {
     /// A node of `name` in `parent` owned by `uid`:`gid` with `mode`, and nothing else:
     /// no device, no target, the default stripe geometry, no extended attributes.
-    pub fn new(
+    pub(crate) fn new(
         parent: InodeNo,
         name: impl Into<Vec<u8>>,
         kind: FileKind,
@@ -124,7 +124,7 @@ impl NewNode {
 
 /// A change of size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SizeChange {
+pub(crate) enum SizeChange {
     /// Truncate or extend to exactly this size (regular files only).
     Set(u64),
     /// Data up to this size was written: grow to it, never cut (a stage-in).
@@ -133,7 +133,7 @@ pub enum SizeChange {
 
 /// A new value of a time stamp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimeChange {
+pub(crate) enum TimeChange {
     /// The server's clock at the change.
     Now,
     At(Timespec),
@@ -142,7 +142,7 @@ pub enum TimeChange {
 /// A setattr: each field that is `Some` is changed. Any change also sets ctime to
 /// now unless `ctime` gives it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AttrChange {
+pub(crate) struct AttrChange {
     pub mode: Option<u32>,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
@@ -154,7 +154,7 @@ pub struct AttrChange {
 
 impl AttrChange {
     /// Whether this changes nothing (then not even ctime moves).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == AttrChange::default()
     }
 }

@@ -157,7 +157,7 @@ pub(super) fn insert_initial(
 }
 
 impl MetaStore {
-    pub fn set_xattr(
+    pub(crate) fn set_xattr(
         &self,
         ino: InodeNo,
         name: &[u8],
@@ -188,7 +188,7 @@ impl MetaStore {
         })
     }
 
-    pub fn get_xattr(&self, ino: InodeNo, name: &[u8]) -> StoreResult<Vec<u8>> {
+    pub(crate) fn get_xattr(&self, ino: InodeNo, name: &[u8]) -> StoreResult<Vec<u8>> {
         check_xattr_name(name)?;
         self.with(|c| {
             rows::get_inode(c, ino)?.ok_or(fs(Errno::ENOENT))?;
@@ -196,7 +196,7 @@ impl MetaStore {
         })
     }
 
-    pub fn list_xattrs(&self, ino: InodeNo) -> StoreResult<Vec<Vec<u8>>> {
+    pub(crate) fn list_xattrs(&self, ino: InodeNo) -> StoreResult<Vec<Vec<u8>>> {
         self.with(|c| {
             rows::get_inode(c, ino)?.ok_or(fs(Errno::ENOENT))?;
             let mut stmt =
@@ -206,7 +206,7 @@ impl MetaStore {
         })
     }
 
-    pub fn remove_xattr(&self, ino: InodeNo, name: &[u8]) -> StoreResult<()> {
+    pub(crate) fn remove_xattr(&self, ino: InodeNo, name: &[u8]) -> StoreResult<()> {
         check_xattr_name(name)?;
         self.txn(|tx| {
             touch_ctime(tx, ino)?;

@@ -28,7 +28,7 @@ const SETATTR_KNOWN: u32 = setattr::MODE
 
 /// Whether a SetAttr carries bits this server does not know: such a request is refused
 /// whole rather than half applied.
-pub fn setattr_has_unknown_bits(valid: u32) -> bool {
+pub(super) fn setattr_has_unknown_bits(valid: u32) -> bool {
     valid & !SETATTR_KNOWN != 0
 }
 
@@ -87,7 +87,7 @@ impl From<CreateReq> for NewNode {
 }
 
 /// `RemoveEntryReq::want`; `None` for a value the protocol does not define.
-pub fn expect(w: u8) -> Option<Expect> {
+pub(super) fn expect(w: u8) -> Option<Expect> {
     match w {
         want::ANY => Some(Expect::Any),
         want::NOT_DIR => Some(Expect::NotDir),
@@ -98,7 +98,7 @@ pub fn expect(w: u8) -> Option<Expect> {
 
 /// `RenameReq::flags`; `None` for unknown bits or NOREPLACE with EXCHANGE (EINVAL, as
 /// renameat2 answers).
-pub fn rename_mode(flags: u32) -> Option<RenameMode> {
+pub(super) fn rename_mode(flags: u32) -> Option<RenameMode> {
     match flags {
         0 => Some(RenameMode::Replace),
         rename_flags::NOREPLACE => Some(RenameMode::NoReplace),
@@ -108,7 +108,7 @@ pub fn rename_mode(flags: u32) -> Option<RenameMode> {
 }
 
 /// `SetXattrReq::flags`; `None` for unknown bits.
-pub fn xattr_mode(flags: u32) -> Option<XattrMode> {
+pub(super) fn xattr_mode(flags: u32) -> Option<XattrMode> {
     let known = xattr_flags::CREATE | xattr_flags::REPLACE | xattr_flags::ACL_KILL_SGID;
     (flags & !known == 0).then_some(XattrMode {
         must_create: flags & xattr_flags::CREATE != 0,

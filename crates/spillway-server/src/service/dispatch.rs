@@ -15,7 +15,7 @@ use spillway_wire::{
 use std::time::Instant;
 
 /// A request on an admin session: fragment administration only.
-pub fn admin(registry: &Registry, stages: &Stages, req: Request) -> StoreResult<Reply> {
+pub(super) fn admin(registry: &Registry, stages: &Stages, req: Request) -> StoreResult<Reply> {
     match req {
         Request::FragmentCreateReq(r) => registry.create(&r).map(|()| Reply::of(&Empty {})),
         Request::FragmentDestroyReq(r) => {
@@ -35,7 +35,7 @@ pub fn admin(registry: &Registry, stages: &Stages, req: Request) -> StoreResult<
 }
 
 /// A request on a client or peer session of one instance.
-pub fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
+pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> {
     let f = &*s.fragment;
     if f.is_closed() {
         return Err(fs(Errno::ESTALE));

@@ -17,7 +17,7 @@ use spillway_wire::{
 };
 use std::sync::atomic::Ordering;
 
-pub fn set_attr(s: &InstanceSession, r: &SetAttrReq) -> StoreResult<Attr> {
+pub(super) fn set_attr(s: &InstanceSession, r: &SetAttrReq) -> StoreResult<Attr> {
     let f = &*s.fragment;
     if convert::setattr_has_unknown_bits(r.valid) {
         // Refused whole rather than half applied; a missing inode answers first.
@@ -28,7 +28,7 @@ pub fn set_attr(s: &InstanceSession, r: &SetAttrReq) -> StoreResult<Attr> {
 }
 
 /// Create, and open for this session when asked.
-pub fn create(s: &InstanceSession, r: CreateReq) -> StoreResult<Attr> {
+pub(super) fn create(s: &InstanceSession, r: CreateReq) -> StoreResult<Attr> {
     let f = &*s.fragment;
     let open = r.open;
     let a = f.meta.create(&NewNode::from(r), f.home())?;
@@ -42,7 +42,10 @@ pub fn create(s: &InstanceSession, r: CreateReq) -> StoreResult<Attr> {
     }
 }
 
-pub fn remove_entry(s: &InstanceSession, r: &RemoveEntryReq) -> StoreResult<RemoveEntryReply> {
+pub(super) fn remove_entry(
+    s: &InstanceSession,
+    r: &RemoveEntryReq,
+) -> StoreResult<RemoveEntryReply> {
     let f = &*s.fragment;
     let Some(wanted) = convert::expect(r.want) else {
         // A bad name or a missing entry answers first.
@@ -55,7 +58,10 @@ pub fn remove_entry(s: &InstanceSession, r: &RemoveEntryReq) -> StoreResult<Remo
     })
 }
 
-pub fn insert_entry(s: &InstanceSession, r: &InsertEntryReq) -> StoreResult<InsertEntryReply> {
+pub(super) fn insert_entry(
+    s: &InstanceSession,
+    r: &InsertEntryReq,
+) -> StoreResult<InsertEntryReply> {
     let replaced =
         s.fragment
             .meta
@@ -65,7 +71,7 @@ pub fn insert_entry(s: &InstanceSession, r: &InsertEntryReq) -> StoreResult<Inse
     })
 }
 
-pub fn rename(s: &InstanceSession, r: &RenameReq) -> StoreResult<RenameReply> {
+pub(super) fn rename(s: &InstanceSession, r: &RenameReq) -> StoreResult<RenameReply> {
     let Some(mode) = convert::rename_mode(r.flags) else {
         // Bad names answer first.
         check_name(&r.old_name)?;
@@ -79,7 +85,7 @@ pub fn rename(s: &InstanceSession, r: &RenameReq) -> StoreResult<RenameReply> {
     Ok(renamed.into())
 }
 
-pub fn set_xattr(s: &InstanceSession, r: &SetXattrReq) -> StoreResult<()> {
+pub(super) fn set_xattr(s: &InstanceSession, r: &SetXattrReq) -> StoreResult<()> {
     let Some(how) = convert::xattr_mode(r.flags) else {
         // A bad name or value answers first.
         check_xattr_name(&r.name)?;

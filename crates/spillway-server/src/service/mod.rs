@@ -22,7 +22,7 @@ use spillway_wire::{Call, Wire, PROTOCOL_VERSION};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub struct SpillwayService {
+pub(crate) struct SpillwayService {
     registry: Arc<Registry>,
     stages: Arc<Stages>,
     admin_key: Vec<u8>,
@@ -30,7 +30,7 @@ pub struct SpillwayService {
 }
 
 impl SpillwayService {
-    pub fn new(
+    pub(crate) fn new(
         registry: Arc<Registry>,
         stages: Arc<Stages>,
         admin_key: Vec<u8>,

@@ -7,7 +7,7 @@ use crate::fragment::{Fragment, OpenCounts};
 use spillway_types::{Attr, InodeNo};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub enum Session {
+pub(crate) enum Session {
     Admin,
     Instance(InstanceSession),
 }
@@ -15,7 +15,7 @@ pub enum Session {
 /// A `Role::Client` or `Role::Peer` session: both may send every metadata and data
 /// request; only peers (other servers of the instance, proven by the instance secret)
 /// may ask for stage copies, which act on the PFS as a uid they name.
-pub struct InstanceSession {
+pub(crate) struct InstanceSession {
     pub fragment: Arc<Fragment>,
     pub peer: bool,
     opens: Mutex<OpenCounts>,
@@ -26,7 +26,7 @@ pub struct InstanceSession {
 }
 
 impl InstanceSession {
-    pub fn new(fragment: Arc<Fragment>, peer: bool) -> InstanceSession {
+    pub(crate) fn new(fragment: Arc<Fragment>, peer: bool) -> InstanceSession {
         InstanceSession {
             fragment,
             peer,
@@ -40,7 +40,7 @@ impl InstanceSession {
         self.opens.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn open(&self, ino: InodeNo) -> StoreResult<Attr> {
+    pub(crate) fn open(&self, ino: InodeNo) -> StoreResult<Attr> {
         let a = self.fragment.open_inode(ino)?;
         self.opens().add(ino, 1);
         Ok(a)
@@ -48,7 +48,7 @@ impl InstanceSession {
 
     /// Release one open of this session. Releasing what the session does not hold is a
     /// no-op: after a reconnect the old session's opens were already released.
-    pub fn release(&self, ino: InodeNo) {
+    pub(crate) fn release(&self, ino: InodeNo) {
         let (taken, _) = self.opens().sub(ino, 1);
         if taken > 0 {
             self.fragment.release(ino, taken);
@@ -56,7 +56,7 @@ impl InstanceSession {
     }
 
     /// The connection is gone: release everything it held open.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.fragment.locks.drop_session(self.lock_id);
         self.fragment.data.close_account(&self.grant);
         let held = self.opens().drain();

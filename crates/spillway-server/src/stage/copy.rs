@@ -23,7 +23,7 @@ const DIRECT: bool = true;
 
 /// The pieces of the file in `[from, to)` that lie in stripes of server `me`:
 /// (stripe, offset within the stripe, length, offset in the file).
-pub fn my_pieces(
+pub(crate) fn my_pieces(
     layout: &Layout,
     me: u16,
     size: u64,
@@ -58,7 +58,7 @@ pub fn my_pieces(
     out
 }
 
-pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesReply> {
+pub(crate) fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesReply> {
     // The ticket first: a request without a valid one learns nothing else.
     let grant = super::ticket::check(f, &r.ticket, None, r.direction, "StageStripes")
         .map_err(|e| fs(Errno(e.errno)))?;
@@ -155,7 +155,7 @@ pub fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStripesRep
 /// fdatasync per file: a group of 64 small files costs one journal commit instead of
 /// 64 (it also flushes whatever else is dirty on that file system, which is only
 /// ever more durability than asked for). Stage-out syncs this server's own PFS roots.
-pub fn sync(f: &Fragment, r: &StageSyncReq) -> StoreResult<()> {
+pub(crate) fn sync(f: &Fragment, r: &StageSyncReq) -> StoreResult<()> {
     super::ticket::check(f, &r.ticket, None, r.direction, "StageSync")
         .map_err(|e| fs(Errno(e.errno)))?;
     if r.direction == StageDir::In {

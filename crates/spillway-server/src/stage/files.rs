@@ -31,7 +31,7 @@ use spillway_wire::{
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
-pub fn files(f: &Fragment, r: &StageFilesReq) -> StoreResult<StageFilesReply> {
+pub(crate) fn files(f: &Fragment, r: &StageFilesReq) -> StoreResult<StageFilesReply> {
     // (An unknown direction does not decode: StageDir.)
     if r.files.len() > MAX_STAGE_BATCH_FILES {
         return Err(fs(Errno::EINVAL));

@@ -31,7 +31,7 @@ const DIR: &str = "stage-temporaries";
 const MAX_JOURNAL_BYTES: u64 = 1 << 30;
 
 /// The journal of one running stage-out.
-pub struct Journal {
+pub(super) struct Journal {
     path: PathBuf,
     file: Mutex<Option<File>>,
 }
@@ -40,7 +40,7 @@ impl Journal {
     /// Start the journal of `stage`, run as `uid`. A journal that cannot be written
     /// costs only the clean-up after a crash: the stage goes on (and says so in the
     /// log).
-    pub fn start(frag_dir: &Path, stage: u64, uid: u32) -> Journal {
+    pub(super) fn start(frag_dir: &Path, stage: u64, uid: u32) -> Journal {
         let dir = frag_dir.join(DIR);
         let path = dir.join(stage.to_string());
         let file = std::fs::DirBuilder::new()
@@ -78,7 +78,7 @@ impl Journal {
     }
 
     /// Note a temporary before it may exist.
-    pub fn add(&self, tmp: &str) {
+    pub(super) fn add(&self, tmp: &str) {
         let mut g = self.file.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = g.as_mut() {
             let mut rec = tmp.as_bytes().to_vec();
@@ -94,7 +94,7 @@ impl Journal {
     }
 
     /// The stage has ended and its temporaries are gone.
-    pub fn finish(self) {
+    pub(super) fn finish(self) {
         let had = self
             .file
             .lock()
@@ -122,7 +122,7 @@ fn parse(bytes: &[u8]) -> Option<(u32, Vec<String>)> {
 
 /// At server start, before any stage runs: remove what the journals of `f` list (in a
 /// thread of its own: a large stage's journal must not hold up the start).
-pub fn clean_at_start(f: &std::sync::Arc<Fragment>) {
+pub(crate) fn clean_at_start(f: &std::sync::Arc<Fragment>) {
     let dir = f.dir().join(DIR);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return;

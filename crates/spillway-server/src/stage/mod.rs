@@ -25,11 +25,11 @@
 //! restarted server has forgotten its stages and the manager fails them loudly.
 
 mod coordinator;
-pub mod copy;
-pub mod files;
+pub(crate) mod copy;
+pub(crate) mod files;
 mod leftovers;
 mod ns;
-pub mod pfs;
+pub(crate) mod pfs;
 mod run;
 mod temp;
 mod ticket;
@@ -45,8 +45,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-pub use leftovers::clean_at_start as clean_leftovers;
-pub use run::Run;
+pub(crate) use leftovers::clean_at_start as clean_leftovers;
+pub(crate) use run::Run;
 
 /// The SetAttr that gives a staged-in file the size and times its source had: the size
 /// without cutting data (the stripes were just written), atime and mtime kept.
@@ -82,13 +82,13 @@ fn replacing(a: &Attr, id: &spillway_types::identity::Identity, mode: u32) -> Se
 /// Why a file (or a whole stage) failed: an errno for the caller and a sentence for
 /// the person reading it, naming the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Failure {
+pub(crate) struct Failure {
     pub errno: i32,
     pub message: String,
 }
 
 impl Failure {
-    pub fn new(errno: i32, message: impl Into<String>) -> Failure {
+    pub(crate) fn new(errno: i32, message: impl Into<String>) -> Failure {
         Failure {
             errno,
             message: message.into(),
@@ -106,13 +106,13 @@ impl std::fmt::Display for Failure {
 const MAX_PROGRESS_WAIT: Duration = Duration::from_secs(10);
 
 /// The stages this server coordinates, by stage id.
-pub struct Stages {
+pub(crate) struct Stages {
     runs: Mutex<HashMap<u64, Arc<Run>>>,
     tunables: Tunables,
 }
 
 impl Stages {
-    pub fn new(tunables: Tunables) -> Stages {
+    pub(crate) fn new(tunables: Tunables) -> Stages {
         Stages {
             runs: Mutex::new(HashMap::new()),
             tunables,
@@ -125,7 +125,7 @@ impl Stages {
 
     /// StageStart: the instance must have a fragment here and the ticket must be this
     /// stage's, covering every path the request names; a known stage id is a no-op.
-    pub fn start(&self, registry: &Registry, req: StageStartReq) -> StoreResult<()> {
+    pub(crate) fn start(&self, registry: &Registry, req: StageStartReq) -> StoreResult<()> {
         let fragment = registry
             .get(req.instance)
             .filter(|f| !f.is_closed())
@@ -174,7 +174,7 @@ impl Stages {
         Ok(())
     }
 
-    pub fn progress(&self, req: &StageProgressReq) -> StageProgressReply {
+    pub(crate) fn progress(&self, req: &StageProgressReq) -> StageProgressReply {
         let run = self.runs().get(&req.stage).cloned();
         match run {
             Some(run) => run.report(
@@ -185,7 +185,7 @@ impl Stages {
         }
     }
 
-    pub fn cancel(&self, req: &StageCancelReq) -> StoreResult<()> {
+    pub(crate) fn cancel(&self, req: &StageCancelReq) -> StoreResult<()> {
         let run = self.runs().get(&req.stage).cloned();
         match run {
             Some(run) => {
@@ -197,7 +197,7 @@ impl Stages {
     }
 
     /// Forget a finished stage (a running one is refused with EBUSY).
-    pub fn forget(&self, req: &StageForgetReq) -> StoreResult<()> {
+    pub(crate) fn forget(&self, req: &StageForgetReq) -> StoreResult<()> {
         let mut runs = self.runs();
         match runs.get(&req.stage) {
             None => Ok(()),

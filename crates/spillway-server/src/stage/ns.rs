@@ -9,12 +9,12 @@ use spillway_stubs::Instance;
 use spillway_types::identity::Identity;
 use spillway_types::{Attr, Errno, FileKind, ROOT_INODE};
 
-pub const MAY_READ: u32 = 4;
-pub const MAY_WRITE: u32 = 2;
-pub const MAY_EXEC: u32 = 1;
+pub(super) const MAY_READ: u32 = 4;
+pub(super) const MAY_WRITE: u32 = 2;
+pub(super) const MAY_EXEC: u32 = 1;
 
 /// May `id` access `a` for `want` (a mask of MAY_*)?
-pub fn may(a: &Attr, id: &Identity, want: u32) -> bool {
+pub(super) fn may(a: &Attr, id: &Identity, want: u32) -> bool {
     if id.uid == 0 {
         // Root reads and writes anything; executes what someone may execute.
         return want & MAY_EXEC == 0 || a.kind == FileKind::Directory || a.mode & 0o111 != 0;
@@ -29,7 +29,7 @@ pub fn may(a: &Attr, id: &Identity, want: u32) -> bool {
     bits & want == want
 }
 
-pub fn errno_failure(e: Errno, path: &str, doing: &str) -> Failure {
+pub(super) fn errno_failure(e: Errno, path: &str, doing: &str) -> Failure {
     Failure::new(
         e.0,
         format!(
@@ -45,7 +45,7 @@ fn denied(path: &str, what: &str) -> Failure {
 
 /// Check `id` may access `a` for `want` (a mask of MAY_*); EACCES naming `path` and
 /// `what` was asked (`"read on the file"`) if not.
-pub fn check_may(
+pub(super) fn check_may(
     a: &Attr,
     id: &Identity,
     want: u32,
@@ -60,7 +60,7 @@ pub fn check_may(
 
 /// Fail unless `a` is a regular file, as `open` would for a copy: EISDIR for a
 /// directory, EINVAL for anything else, saying `message()`.
-pub fn regular_file(a: &Attr, message: impl FnOnce() -> String) -> Result<(), Failure> {
+pub(super) fn regular_file(a: &Attr, message: impl FnOnce() -> String) -> Result<(), Failure> {
     match a.kind {
         FileKind::Regular => Ok(()),
         FileKind::Directory => Err(Failure::new(libc::EISDIR, message())),
@@ -69,7 +69,7 @@ pub fn regular_file(a: &Attr, message: impl FnOnce() -> String) -> Result<(), Fa
 }
 
 /// The components of an instance path ("/a/b" → ["a", "b"]); `..` is refused.
-pub fn components(path: &str) -> Result<Vec<&str>, Failure> {
+pub(super) fn components(path: &str) -> Result<Vec<&str>, Failure> {
     if !path.starts_with('/') {
         return Err(Failure::new(
             libc::EINVAL,
@@ -122,13 +122,13 @@ fn walk(inst: &Instance, id: &Identity, path: &str, names: &[&str]) -> Result<At
 }
 
 /// The attributes of what `path` names.
-pub fn resolve(inst: &Instance, id: &Identity, path: &str) -> Result<Attr, Failure> {
+pub(super) fn resolve(inst: &Instance, id: &Identity, path: &str) -> Result<Attr, Failure> {
     let names = components(path)?;
     walk(inst, id, path, &names)
 }
 
 /// The directory `path` would be made in, and its last name.
-pub fn resolve_parent<'a>(
+pub(super) fn resolve_parent<'a>(
     inst: &Instance,
     id: &Identity,
     path: &'a str,
@@ -151,7 +151,7 @@ pub fn resolve_parent<'a>(
 }
 
 /// Check `id` may make or replace names in `dir`.
-pub fn check_dir_writable(dir: &Attr, id: &Identity, path: &str) -> Result<(), Failure> {
+pub(super) fn check_dir_writable(dir: &Attr, id: &Identity, path: &str) -> Result<(), Failure> {
     if !may(dir, id, MAY_WRITE | MAY_EXEC) {
         return Err(denied(path, "write on the directory"));
     }
@@ -160,7 +160,7 @@ pub fn check_dir_writable(dir: &Attr, id: &Identity, path: &str) -> Result<(), F
 
 /// The gid and mode a new entry of `kind` in `parent` gets (setgid directories pass
 /// their group on, and the bit to subdirectories), as the FUSE client does.
-pub fn new_owner(parent: &Attr, id: &Identity, kind: FileKind, mode: u32) -> (u32, u32) {
+pub(super) fn new_owner(parent: &Attr, id: &Identity, kind: FileKind, mode: u32) -> (u32, u32) {
     let mut mode = mode & 0o7777;
     let mut gid = id.gid;
     if parent.mode & libc::S_ISGID != 0 {

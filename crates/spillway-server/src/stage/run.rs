@@ -41,7 +41,7 @@ struct Progress {
 }
 
 /// One stage this server coordinates.
-pub struct Run {
+pub(crate) struct Run {
     pub stage: u64,
     progress: Mutex<Progress>,
     news: Condvar,
@@ -66,7 +66,7 @@ impl Run {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn cancelled(&self) -> bool {
+    pub(crate) fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::SeqCst)
     }
 

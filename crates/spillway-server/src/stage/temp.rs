@@ -19,7 +19,7 @@ const MARK: &str = ".spillway-";
 const NAME_MAX: usize = 255;
 
 /// The temporary name for a destination whose last name is `name`.
-pub fn name(name: &str, stage: u64, n: u64) -> String {
+pub(super) fn name(name: &str, stage: u64, n: u64) -> String {
     let suffix = format!("{MARK}{stage}-{n}");
     let room = NAME_MAX - 1 - suffix.len();
     let mut cut = name.len().min(room);
@@ -31,14 +31,14 @@ pub fn name(name: &str, stage: u64, n: u64) -> String {
 
 /// The temporary path beside the PFS path `dst` (absolute, normalised: the
 /// coordinator's destinations are).
-pub fn path(dst: &str, stage: u64, n: u64) -> String {
+pub(super) fn path(dst: &str, stage: u64, n: u64) -> String {
     let (dir, last) = split(dst);
     format!("{dir}/{}", name(last, stage, n))
 }
 
 /// A temporary name's parts: (the destination name or its prefix, stage, n). None for
 /// any other name.
-pub fn parse(last: &str) -> Option<(&str, u64, u64)> {
+pub(super) fn parse(last: &str) -> Option<(&str, u64, u64)> {
     let rest = last.strip_prefix('.')?;
     let at = rest.rfind(MARK)?;
     let (prefix, tail) = (&rest[..at], &rest[at + MARK.len()..]);
@@ -52,7 +52,7 @@ pub fn parse(last: &str) -> Option<(&str, u64, u64)> {
 
 /// The directory and the last name of an absolute path (`/a/b` → (`/a`, `b`); `/b` →
 /// (``, `b`), so that `dir/last` rebuilds it).
-pub fn split(p: &str) -> (&str, &str) {
+pub(super) fn split(p: &str) -> (&str, &str) {
     let p = p.trim_end_matches('/');
     match p.rfind('/') {
         Some(i) => (&p[..i], &p[i + 1..]),
@@ -64,7 +64,7 @@ pub fn split(p: &str) -> (&str, &str) {
 /// covers: it lies in a directory the scope covers, or beside a path of the scope whose
 /// name it carries. A stage can thus create, write, rename and remove only its own
 /// temporaries, and only next to what it may write anyway.
-pub fn covered(path: &str, stage: u64, scope: &[String]) -> bool {
+pub(super) fn covered(path: &str, stage: u64, scope: &[String]) -> bool {
     let (dir, last) = split(path);
     let Some((prefix, of, _)) = parse(last) else {
         return false;
@@ -83,7 +83,7 @@ pub fn covered(path: &str, stage: u64, scope: &[String]) -> bool {
 
 /// The destination a temporary path stands for, for messages (the cut prefix when the
 /// name was cut); other paths as they are.
-pub fn shown(path: &str) -> String {
+pub(super) fn shown(path: &str) -> String {
     let (dir, last) = split(path);
     match parse(last) {
         Some((prefix, _, _)) => format!("{dir}/{prefix}"),

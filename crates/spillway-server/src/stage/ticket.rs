@@ -29,20 +29,20 @@ fn unix_now() -> u64 {
 }
 
 /// What a checked ticket grants: the ticket, and the PFS as its owner may reach it.
-pub struct Grant {
+pub(super) struct Grant {
     pub ticket: StageTicket,
     pub pfs: Pfs,
 }
 
 impl Grant {
-    pub fn identity(&self) -> &Identity {
+    pub(super) fn identity(&self) -> &Identity {
         self.pfs.identity()
     }
 }
 
 /// Check `bytes` for a `what` request of `direction` (and `stage`, when the request
 /// names it) on fragment `f`.
-pub fn check(
+pub(super) fn check(
     f: &Fragment,
     bytes: &[u8],
     stage: Option<u64>,

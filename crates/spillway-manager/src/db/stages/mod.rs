@@ -37,15 +37,15 @@ use spillway_api::{StageDirection, StagePair, StageState, StageType};
 const ACTIVE: &str = "('queued','deferred','running')";
 
 /// Finished stages of instances that are gone are forgotten after this long.
-pub const STAGE_RETENTION_SECS: i64 = 86400;
+pub(super) const STAGE_RETENTION_SECS: i64 = 86400;
 
 /// At most this many pairs in one list stage.
-pub const MAX_PAIRS: usize = 100_000;
+pub(super) const MAX_PAIRS: usize = 100_000;
 
 /// errno values the manager itself records.
 pub const EIO: i32 = 5;
 /// A stage terminated or dropped before its end (Linux's ECANCELED).
-pub const ECANCELED: i32 = 125;
+pub(super) const ECANCELED: i32 = 125;
 
 /// A path as the API takes it ([`StagePath::parse`]): absolute, at most 4096 bytes, no
 /// NUL, components of at most 255 bytes and none `..`. Repeated and trailing slashes

@@ -134,7 +134,13 @@ struct Copied {
 
 /// Run the stage to its end, as the checked ticket (`grant`) allows; the outcome is in
 /// `run`.
-pub fn run(run: &Arc<Run>, frag: &Arc<Fragment>, req: &StageStartReq, grant: Grant, t: &Tunables) {
+pub(super) fn run(
+    run: &Arc<Run>,
+    frag: &Arc<Fragment>,
+    req: &StageStartReq,
+    grant: Grant,
+    t: &Tunables,
+) {
     if let Err(f) = execute(run, frag, req, grant, t) {
         tracing::info!(stage = req.stage, "stage failed: {}", f.message);
         // A failure of the whole stage still names a path: the one the stage named.

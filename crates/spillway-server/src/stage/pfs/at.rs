@@ -12,7 +12,7 @@ use std::path::Path;
 
 /// What a PFS entry is, as `lstat` saw it.
 #[derive(Clone, Debug)]
-pub struct PfsStat {
+pub(crate) struct PfsStat {
     pub kind: u32,
     pub size: u64,
     pub mode: u32,
@@ -32,13 +32,13 @@ impl PfsStat {
             ino: st.st_ino,
         }
     }
-    pub fn is_file(&self) -> bool {
+    pub(crate) fn is_file(&self) -> bool {
         self.kind == libc::S_IFREG
     }
-    pub fn is_dir(&self) -> bool {
+    pub(crate) fn is_dir(&self) -> bool {
         self.kind == libc::S_IFDIR
     }
-    pub fn is_symlink(&self) -> bool {
+    pub(crate) fn is_symlink(&self) -> bool {
         self.kind == libc::S_IFLNK
     }
 }
@@ -146,7 +146,7 @@ pub(super) fn lstat_beneath(root: &OwnedFd, rel: &Path, shown: &str) -> Result<P
     fstatat_nofollow(&pfd, name.as_bytes()).map_err(|e| describe(e, shown, "lstat"))
 }
 
-pub fn fstat(fd: &impl AsRawFd) -> Result<PfsStat, i32> {
+pub(crate) fn fstat(fd: &impl AsRawFd) -> Result<PfsStat, i32> {
     // SAFETY: stat is plain old data; all zeroes is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: st is a valid out pointer; fd is open.

@@ -19,7 +19,7 @@
 mod at;
 mod place;
 
-pub use at::{fstat, PfsStat};
+pub(crate) use at::{fstat, PfsStat};
 
 use super::Failure;
 use at::{
@@ -36,7 +36,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// The roots a stage may touch, the paths its ticket covers, and the identity it
 /// touches them with.
-pub struct Pfs {
+pub(crate) struct Pfs {
     roots: Vec<PathBuf>,
     scope: Vec<String>,
     id: Identity,
@@ -48,7 +48,7 @@ impl Pfs {
     /// The roots must be absolute; they are taken as given (this server's
     /// configuration). `scope`: the stage ticket's PFS paths. No root means this
     /// server stages nothing.
-    pub fn new(roots: &[String], scope: &[String], id: Identity) -> Result<Pfs, Failure> {
+    pub(crate) fn new(roots: &[String], scope: &[String], id: Identity) -> Result<Pfs, Failure> {
         if roots.is_empty() {
             return Err(Failure::new(
                 libc::EACCES,
@@ -76,13 +76,13 @@ impl Pfs {
 
     /// The PFS of stage `stage`: besides the scope's paths, the stage's own
     /// temporaries beside them (`temp::covered`).
-    pub fn for_stage(mut self, stage: u64) -> Pfs {
+    pub(crate) fn for_stage(mut self, stage: u64) -> Pfs {
         self.stage = Some(stage);
         self
     }
 
     /// The identity the stage runs as (the ticket's uid).
-    pub fn identity(&self) -> &Identity {
+    pub(crate) fn identity(&self) -> &Identity {
         &self.id
     }
 
@@ -169,7 +169,7 @@ impl Pfs {
     /// Run `f` as the owner: the PFS operations inside it switch identity no more (one
     /// switch for a batch of files instead of one per operation). Nothing but PFS
     /// operations belongs inside: the server's own files must not be made as the owner.
-    pub fn as_owner<T>(&self, f: impl FnOnce() -> T) -> Result<T, Failure> {
+    pub(crate) fn as_owner<T>(&self, f: impl FnOnce() -> T) -> Result<T, Failure> {
         as_identity(&self.id, f).map_err(|e| {
             Failure::new(
                 libc::EPERM,
@@ -180,7 +180,7 @@ impl Pfs {
 
     /// A stage-in source, opened as the owner: a regular file, and what it held then
     /// (the copy is checked against it, `unchanged_since`).
-    pub fn open_source(&self, src: &str) -> Result<(File, PfsStat), Failure> {
+    pub(crate) fn open_source(&self, src: &str) -> Result<(File, PfsStat), Failure> {
         let file = self.open(src, libc::O_RDONLY, 0)?;
         let st = fstat(&file)
             .map_err(|e| super::ns::errno_failure(spillway_types::Errno(e), src, "fstat"))?;
@@ -197,7 +197,7 @@ impl Pfs {
 
     /// A stage-out destination, created or truncated as the owner: a regular file (an
     /// existing FIFO, device or directory there fails the file, never receives it).
-    pub fn create_destination(&self, dst: &str, mode: u32) -> Result<File, Failure> {
+    pub(crate) fn create_destination(&self, dst: &str, mode: u32) -> Result<File, Failure> {
         let file = self.open(dst, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode)?;
         let st = fstat(&file)
             .map_err(|e| super::ns::errno_failure(spillway_types::Errno(e), dst, "fstat"))?;
@@ -215,7 +215,7 @@ impl Pfs {
     /// `openat2` beneath the root, as the owner. Never blocks in the open: O_NONBLOCK
     /// makes a FIFO (or a device) named by a user answer at once instead of holding a
     /// stage until a peer opens the other end; on a regular file it changes nothing.
-    pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<File, Failure> {
+    pub(crate) fn open(&self, path: &str, flags: i32, mode: u32) -> Result<File, Failure> {
         self.beneath(path, |root, rel| {
             let fd = openat2(root, rel, flags | libc::O_CLOEXEC | libc::O_NONBLOCK, mode)
                 .map_err(|e| describe(e, path, "open"))?;
@@ -233,7 +233,7 @@ impl Pfs {
 
     /// Give an open file its mode and times, as the owner: a file the owner does not
     /// own keeps its own (chmod and utimens would refuse the owner too).
-    pub fn set_file_attrs(
+    pub(crate) fn set_file_attrs(
         &self,
         file: &File,
         shown: &str,
@@ -273,7 +273,7 @@ impl Pfs {
 
     /// Mode and times of the directory `path` (a directory only: never through a
     /// symlink, never a file put there since).
-    pub fn set_dir_attrs(
+    pub(crate) fn set_dir_attrs(
         &self,
         path: &str,
         mode: u32,
@@ -286,12 +286,12 @@ impl Pfs {
     }
 
     /// lstat beneath the root (the last component is not followed).
-    pub fn lstat(&self, path: &str) -> Result<PfsStat, Failure> {
+    pub(crate) fn lstat(&self, path: &str) -> Result<PfsStat, Failure> {
         self.beneath(path, |root, rel| lstat_beneath(root, rel, path))
     }
 
     /// Make a directory (an existing directory is fine).
-    pub fn mkdir(&self, path: &str, mode: u32) -> Result<(), Failure> {
+    pub(crate) fn mkdir(&self, path: &str, mode: u32) -> Result<(), Failure> {
         self.beneath(path, |root, rel| {
             let (pfd, name) = open_parent(root, rel, path)?;
             let name_c = cstr(Path::new(name))?;
@@ -316,7 +316,7 @@ impl Pfs {
     }
 
     /// Make a symlink (replacing an existing symlink or file of that name).
-    pub fn symlink(&self, target: &[u8], path: &str) -> Result<(), Failure> {
+    pub(crate) fn symlink(&self, target: &[u8], path: &str) -> Result<(), Failure> {
         self.beneath(path, |root, rel| {
             let (pfd, name) = open_parent(root, rel, path)?;
             let name_c = cstr(Path::new(name))?;
@@ -342,7 +342,7 @@ impl Pfs {
     }
 
     /// The target of a symlink.
-    pub fn read_link(&self, path: &str) -> Result<Vec<u8>, Failure> {
+    pub(crate) fn read_link(&self, path: &str) -> Result<Vec<u8>, Failure> {
         self.beneath(path, |root, rel| {
             let (pfd, name) = open_parent(root, rel, path)?;
             read_link_at(&pfd, name, path)
@@ -353,7 +353,7 @@ impl Pfs {
     /// says of each: a directory's entries in name order, then its subdirectories'.
     /// Directories come before what they hold. Runs as
     /// the owner: a directory the owner cannot list fails the walk.
-    pub fn walk(&self, path: &str) -> Result<Vec<(PathBuf, PfsStat)>, Failure> {
+    pub(crate) fn walk(&self, path: &str) -> Result<Vec<(PathBuf, PfsStat)>, Failure> {
         self.beneath(path, |root, rel| {
             let top = lstat_beneath(root, rel, path)?;
             if !top.is_dir() {
@@ -408,7 +408,7 @@ fn has_dots(p: &Path) -> bool {
 
 /// A copy of `src` counts only if the source still has the size and mtime it had when
 /// the stage opened it (`st`): a file written during the stage fails with EIO.
-pub fn unchanged_since(file: &File, st: &PfsStat, src: &str) -> Result<(), Failure> {
+pub(crate) fn unchanged_since(file: &File, st: &PfsStat, src: &str) -> Result<(), Failure> {
     let now = fstat(file)
         .map_err(|e| super::ns::errno_failure(spillway_types::Errno(e), src, "fstat"))?;
     if now.size != st.size || now.mtime != st.mtime {

@@ -12,7 +12,7 @@ use std::path::Path;
 impl Pfs {
     /// A stage-out's temporary (temp.rs), created as the owner: a new name only
     /// (`O_EXCL`: never an existing file, never through a symlink), opened for writing.
-    pub fn create_temporary(&self, tmp: &str, mode: u32) -> Result<File, Failure> {
+    pub(crate) fn create_temporary(&self, tmp: &str, mode: u32) -> Result<File, Failure> {
         let last = tmp.rsplit('/').next().unwrap_or(tmp);
         if temp::parse(last).is_none() {
             return Err(Failure::new(
@@ -37,7 +37,7 @@ impl Pfs {
     /// Put a complete, durable temporary in place: rename it over `dst` (its
     /// sibling), as the owner. An existing directory there fails the file (EISDIR);
     /// an existing file or symlink of that name is replaced, never written through.
-    pub fn rename_into_place(&self, tmp: &str, dst: &str) -> Result<(), Failure> {
+    pub(crate) fn rename_into_place(&self, tmp: &str, dst: &str) -> Result<(), Failure> {
         let (tmp_dir, tmp_last) = temp::split(tmp);
         if tmp_dir != temp::split(dst).0 || temp::parse(tmp_last).is_none() {
             return Err(Failure::new(
@@ -69,7 +69,7 @@ impl Pfs {
     /// regular file or a symlink. A directory fails the file (EISDIR), so does any
     /// other kind (EINVAL: a FIFO or a device never receives a stage, nor is removed
     /// by one). Checked before copying and again at the rename.
-    pub fn check_destination(&self, dst: &str) -> Result<(), Failure> {
+    pub(crate) fn check_destination(&self, dst: &str) -> Result<(), Failure> {
         self.beneath(dst, |root, rel| {
             let (pfd, name) = open_parent(root, rel, dst)?;
             replaceable(&pfd, name, dst)
@@ -78,7 +78,7 @@ impl Pfs {
 
     /// Make the entries of the directory holding `dst` durable (`fsync` of the
     /// directory), as the owner: what makes a rename into place survive a crash.
-    pub fn sync_parent(&self, dst: &str) -> Result<(), Failure> {
+    pub(crate) fn sync_parent(&self, dst: &str) -> Result<(), Failure> {
         self.beneath(dst, |root, rel| {
             let (parent, _) = split_last(rel, dst)?;
             let fd = openat2(
@@ -98,7 +98,7 @@ impl Pfs {
 
     /// Remove a stage's temporary, as the owner; one already gone is fine. Only a
     /// temporary name is ever removed (and never a directory).
-    pub fn remove_temporary(&self, tmp: &str) -> Result<(), Failure> {
+    pub(crate) fn remove_temporary(&self, tmp: &str) -> Result<(), Failure> {
         self.beneath(tmp, |root, rel| {
             let (pfd, name) = open_parent(root, rel, tmp)?;
             if temp::parse(&name.to_string_lossy()).is_none() {
