@@ -113,17 +113,8 @@ pub fn cycles(t: &Target) -> Vec<Cycle> {
 #[cfg(test)]
 mod tests {
     use super::cycles;
+    use crate::model::tests::target;
     use crate::model::Target;
-    use std::collections::BTreeMap;
-    use std::path::{Path, PathBuf};
-
-    fn target(files: &[(&str, &str)]) -> Target {
-        let map: BTreeMap<PathBuf, String> = files
-            .iter()
-            .map(|(p, s)| (PathBuf::from(p), s.to_string()))
-            .collect();
-        Target::load(Path::new("src/lib.rs"), &|p| map.get(p).cloned()).expect("loads")
-    }
 
     fn chains(t: &Target) -> Vec<String> {
         cycles(t)

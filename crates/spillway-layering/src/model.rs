@@ -394,10 +394,11 @@ fn code_path(toks: &[Token], i: usize) -> Option<(UseLeaf, usize)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn target(files: &[(&str, &str)]) -> Target {
+    /// A target made of in-memory files (`path`, text), from `src/lib.rs`.
+    pub(crate) fn target(files: &[(&str, &str)]) -> Target {
         let map: BTreeMap<PathBuf, String> = files
             .iter()
             .map(|(p, s)| (PathBuf::from(p), s.to_string()))
