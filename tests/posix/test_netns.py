@@ -10,6 +10,7 @@ import hashlib
 import ipaddress
 import os
 import subprocess
+import tempfile
 
 import pytest
 
@@ -109,3 +110,47 @@ def test_cluster_down_removes_namespaces(clusters):
     mounts, pids = c.leftovers()
     assert not mounts and not pids, f"after cluster down: mounts {mounts}, processes {pids}"
     assert server_ns, "could not find the servers' namespaces"
+
+
+def _subnets_in_use():
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True).stdout
+    used = set()
+    for word in out.replace("\\", " ").split():
+        if word.count(".") == 3 and "/" in word:
+            a = word.split("/")[0].split(".")
+            if a[0] == "10":
+                used.add(int(a[1]))
+    return used
+
+
+@pytest.mark.timeout(300)
+def test_netns_cluster_takes_a_subnet_no_one_else_uses(clusters, spillway_bin):
+    """Two --netns clusters alive at once must never share a subnet: a client would
+    reach the other cluster's server and be refused (CI once failed this way, when the
+    subnet was derived from the instance id). Every 10.N subnet but one is taken here by
+    a bridge of its own; the new cluster must take the one left."""
+    blocker = "spwtestbr"
+    subprocess.run(["ip", "link", "del", blocker], capture_output=True)
+    used = _subnets_in_use()
+    free = [n for n in range(128, 255) if n not in used]
+    assert free, f"no free 10.N subnet on this host: {sorted(used)}"
+    keep = free[len(free) // 2]
+    subprocess.run(["ip", "link", "add", blocker, "type", "bridge"], check=True)
+    try:
+        batch = "".join(f"addr add 10.{n}.0.1/24 dev {blocker}\n" for n in free if n != keep)
+        subprocess.run(["ip", "-batch", "-"], input=batch, text=True, check=True)
+        c = clusters(servers=1, capacity="64M", netns=True)
+        for addr in c.instance()["servers"]:
+            assert addr.startswith(f"10.{keep}.0."), f"server {addr} not in the one free subnet 10.{keep}.0.0/24"
+        H.write_file(os.path.join(c.mnt, "y"), b"y")
+        assert H.read_file(os.path.join(c.mnt, "y")) == b"y"
+        # With none left, `up` says so and leaves nothing behind.
+        subprocess.run(["ip", "addr", "add", f"10.{keep}.1.1/24", "dev", blocker], check=True)
+        ns0, veth0 = _netns_state()
+        with tempfile.TemporaryDirectory(prefix="spillway-netns-full-") as d:
+            r = subprocess.run([spillway_bin, "cluster", "up", "--dir", d, "--servers", "1",
+                                "--capacity", "64M", "--netns"], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "no free subnet" in r.stderr, (r.returncode, r.stderr)
+        assert _netns_state() == (ns0, veth0)
+    finally:
+        subprocess.run(["ip", "link", "del", blocker], capture_output=True)

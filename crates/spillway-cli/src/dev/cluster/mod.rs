@@ -24,7 +24,7 @@ use crate::sys::host::free_port;
 use crate::sys::mounts::{is_mounted, unmount};
 use crate::sys::proc::{alive, spawn_detached, stop_pid, stop_pid_within};
 use busy::{busy_message, force_off, held_mounts};
-use netns::{delete_netns, setup_netns};
+use netns::{claim_subnet, delete_netns, setup_netns};
 use secret::{dev_capability, load_secret, random_bytes, secret_path, write_private};
 use spillway_types::descriptor::{decode_hex, encode_hex};
 use spillway_types::InstanceDescriptor;
@@ -174,11 +174,19 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
             }
             let id_bytes = random_bytes(8)?;
             let instance = u64::from_le_bytes(id_bytes.try_into().unwrap_or([7; 8])) >> 1;
+            let netns_subnet = if a.netns {
+                Some(claim_subnet(None, instance)?)
+            } else {
+                None
+            };
             let mut servers = Vec::new();
             for k in 0..a.servers {
                 let root = dir.join("servers").join(format!("s{k}"));
-                let (netns, listen) = if a.netns {
-                    let (ns, addr) = setup_netns(instance, k)?;
+                let (netns, listen) = if let Some(subnet) = netns_subnet {
+                    let (ns, addr) = setup_netns(subnet, k).inspect_err(|_| {
+                        // Nothing is recorded yet: undo what this `up` made.
+                        netns::abandon(subnet, k);
+                    })?;
                     (Some(ns), addr)
                 } else {
                     (None, format!("127.0.0.1:{}", free_port()?))
@@ -197,6 +205,7 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
                 stripe_size: p.stripe_size,
                 servers,
                 mounts: Vec::new(),
+                netns_subnet,
             };
             let secret = random_bytes(32)?;
             write_private(&secret_path(&dir), &encode_hex(&secret))?;
@@ -223,7 +232,8 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
         }
         if let Some(ns) = &s.netns {
             if !Path::new("/run/netns").join(ns).exists() {
-                setup_netns(st.instance, s.index)?;
+                let subnet = claim_subnet(Some(st.subnet()), st.instance)?;
+                setup_netns(subnet, s.index)?;
             }
         }
         let pid = spawn_server(&dir, &s)?;

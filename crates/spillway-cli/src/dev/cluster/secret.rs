@@ -65,7 +65,7 @@ pub fn load_secret(dir: &Path, desc: &InstanceDescriptor) -> Result<Vec<u8>, Str
 /// connects from (the bridge's with `--netns`, else loopback).
 pub fn dev_capability(secret: &[u8], st: &ClusterState) -> Result<Vec<u8>, String> {
     let from = if st.servers.iter().any(|s| s.netns.is_some()) {
-        net_plan(st.instance).bridge_addr
+        net_plan(st.subnet()).bridge_addr
     } else {
         Ipv4Addr::LOCALHOST
     };

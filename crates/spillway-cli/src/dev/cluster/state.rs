@@ -26,9 +26,20 @@ pub struct ClusterState {
     pub stripe_size: u32,
     pub servers: Vec<ServerState>,
     pub mounts: Vec<MountState>,
+    /// With `--netns`: the `N` of the cluster's subnet `10.N.0.0/24`, claimed at the
+    /// first `up` (absent in the state of clusters made before it was recorded).
+    #[serde(default)]
+    pub netns_subnet: Option<u8>,
 }
 
 impl ClusterState {
+    /// The `N` of a `--netns` cluster's subnet `10.N.0.0/24` (for a state written
+    /// before the subnet was recorded, the one derived from the instance id then).
+    pub fn subnet(&self) -> u8 {
+        self.netns_subnet
+            .unwrap_or(200 + (self.instance % 50) as u8)
+    }
+
     /// Where server `index` is in `servers`.
     pub fn position(&self, index: u16) -> Result<usize, String> {
         self.servers
