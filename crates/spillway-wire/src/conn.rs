@@ -202,7 +202,7 @@ impl Conn {
             return Err(CallError::Remote(Errno(reply.header.aux as i32)));
         }
         let hello =
-            HelloReply::from_bytes(&reply.body).map_err(|_| CallError::Remote(Errno::EPROTO))?;
+            HelloReply::from_bytes(reply.body()).map_err(|_| CallError::Remote(Errno::EPROTO))?;
         let read_half = stream.try_clone().map_err(|_| CallError::NotSent)?;
         Ok(Arc::new(Conn {
             writer: Mutex::new(stream),

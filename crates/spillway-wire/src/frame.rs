@@ -101,10 +101,34 @@ pub fn write_parts(w: &mut impl Write, parts: &[&[u8]]) -> Result<(), (io::Error
 }
 
 /// One received frame: its header and the body bytes (owned; bulk data borrows them).
+/// The body is `buf[start..]`: a large body is placed so that it ends on a
+/// `BULK_ALIGN` boundary in memory, and bulk data, which is the body's tail, then
+/// starts on one when its length is whole blocks. A server writes such bulk to the
+/// disk with `O_DIRECT` straight from the buffer it was received into.
 pub struct Frame {
     pub header: FrameHeader,
-    pub body: Vec<u8>,
+    buf: Vec<u8>,
+    start: usize,
 }
+
+impl Frame {
+    /// The body's bytes.
+    pub fn body(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    /// The buffer holding the body and where in it the body starts (the bytes before
+    /// are padding), for decoding without a copy.
+    pub fn into_parts(self) -> (Vec<u8>, usize) {
+        (self.buf, self.start)
+    }
+}
+
+/// Bodies from this long on are placed to end on a `BULK_ALIGN` boundary (smaller ones
+/// are not worth the padding: no server writes them direct).
+const ALIGN_BODIES_FROM: usize = 64 << 10;
+/// The memory alignment of a large body's end: the block size `O_DIRECT` needs.
+pub const BULK_ALIGN: usize = 4096;
 
 /// Read one frame, refusing any longer than `limit` (at most MAX_FRAME_LEN) before
 /// allocating for it. `Ok(None)` is a clean end of stream between frames.
@@ -126,17 +150,26 @@ pub fn read_frame(r: &mut impl Read, limit: u32) -> io::Result<Option<Frame>> {
     r.read_exact(&mut head)?;
     let header = FrameHeader::decode(&head)?;
     // The body is read into spare capacity: no zero-filling of megabytes of bulk data
-    // that the next instruction overwrites, and no shifting it past the header.
+    // that the next instruction overwrites, and no shifting it past the header. A
+    // large one is preceded by padding so that it ends block-aligned.
     let want = len as usize - (HEADER_LEN - 4);
-    let mut body = Vec::with_capacity(want);
-    r.take(want as u64).read_to_end(&mut body)?;
-    if body.len() != want {
+    let (mut buf, start) = if want >= ALIGN_BODIES_FROM {
+        let mut buf = Vec::with_capacity(want + BULK_ALIGN);
+        let end = (buf.as_ptr() as usize).wrapping_add(want);
+        let pad = (BULK_ALIGN - end % BULK_ALIGN) % BULK_ALIGN;
+        buf.resize(pad, 0);
+        (buf, pad)
+    } else {
+        (Vec::with_capacity(want), 0)
+    };
+    r.take(want as u64).read_to_end(&mut buf)?;
+    if buf.len() != start + want {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "frame cut short",
         ));
     }
-    Ok(Some(Frame { header, body }))
+    Ok(Some(Frame { header, buf, start }))
 }
 
 #[cfg(test)]
@@ -157,6 +190,30 @@ mod tests {
             21
         );
         assert_eq!(FrameHeader::decode(&bytes[4..]).unwrap(), h);
+    }
+
+    #[test]
+    fn large_bodies_end_block_aligned_in_memory() {
+        for body_len in [10usize, 64 << 10, (1 << 20) + 33, 3 << 20] {
+            let body: Vec<u8> = (0..body_len).map(|i| (i % 253) as u8).collect();
+            let h = FrameHeader {
+                kind: FrameKind::Request,
+                opcode: 60,
+                id: 9,
+                aux: 0,
+            };
+            let mut wire = h.encode(body.len()).to_vec();
+            wire.extend_from_slice(&body);
+            let f = read_frame(&mut &wire[..], MAX_FRAME_LEN).unwrap().unwrap();
+            assert_eq!(f.header, h);
+            assert_eq!(f.body(), &body[..]);
+            let end = f.body().as_ptr() as usize + body_len;
+            if body_len >= ALIGN_BODIES_FROM {
+                assert_eq!(end % BULK_ALIGN, 0, "body of {body_len} bytes");
+            }
+            let (buf, start) = f.into_parts();
+            assert_eq!(&buf[start..], &body[..]);
+        }
     }
 
     #[test]

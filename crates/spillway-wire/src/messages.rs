@@ -771,15 +771,22 @@ macro_rules! calls {
             /// Decode the body of a request frame. Takes the body by value so that bulk
             /// data is handed on without a copy.
             pub fn decode(opcode: u16, body: Vec<u8>) -> Result<Request, WireError> {
+                Request::decode_at(opcode, body, 0)
+            }
+
+            /// `decode` of the body `buf[at..]` (a received frame's buffer, whose
+            /// leading bytes are padding: `Frame::into_parts`).
+            pub fn decode_at(opcode: u16, buf: Vec<u8>, at: usize) -> Result<Request, WireError> {
+                let body = buf.get(at..).ok_or(WireError::Invalid("body offset"))?;
                 match opcode {
-                    $( $op => Ok(Request::$req(<$req as Wire>::from_bytes(&body)?)), )*
+                    $( $op => Ok(Request::$req(<$req as Wire>::from_bytes(body)?)), )*
                     OP_WRITE => {
-                        let mut d = Dec::new(&body);
+                        let mut d = Dec::new(body);
                         let req = WriteReq::dec(&mut d)?;
-                        let start = d.position();
-                        Ok(Request::Write(req, crate::codec::BulkBody { body, start }))
+                        let start = at + d.position();
+                        Ok(Request::Write(req, crate::codec::BulkBody { body: buf, start }))
                     }
-                    OP_READ => Ok(Request::Read(ReadReq::from_bytes(&body)?)),
+                    OP_READ => Ok(Request::Read(ReadReq::from_bytes(body)?)),
                     _ => Err(WireError::Invalid("unknown opcode")),
                 }
             }

@@ -323,7 +323,7 @@ fn connection<S: Service>(
         let _ = stream.shutdown(Shutdown::Both);
         return;
     }
-    let hello = match HelloReq::from_bytes(&first.body) {
+    let hello = match HelloReq::from_bytes(first.body()) {
         Ok(h) => h,
         Err(_) => {
             write_reply(&writer, first.header, Err(Errno::EPROTO));
@@ -367,7 +367,7 @@ fn connection<S: Service>(
             frame,
             received: Instant::now(),
         };
-        if service.runs_inline(job.frame.header.opcode, &job.frame.body) {
+        if service.runs_inline(job.frame.header.opcode, job.frame.body()) {
             run_job(service.clone(), job);
             continue;
         }
@@ -386,7 +386,8 @@ fn run_job<S: Service>(service: Arc<S>, job: Job<S>) {
     let reply = if job.received.elapsed() > deadline {
         Err(Errno::ETIMEDOUT)
     } else {
-        match Request::decode(h.opcode, job.frame.body) {
+        let (buf, start) = job.frame.into_parts();
+        match Request::decode_at(h.opcode, buf, start) {
             Ok(Request::HelloReq(_)) => Err(Errno::EPROTO),
             Ok(req) => {
                 let name = req.name();

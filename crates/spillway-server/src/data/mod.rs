@@ -8,6 +8,7 @@
 //! delete is removing. The index mutex is held only for bookkeeping, never during I/O.
 
 mod allocs;
+mod direct;
 mod fdcache;
 mod grants;
 mod index;
@@ -19,6 +20,7 @@ pub(crate) use grants::{GrantAccount, GrantLimits};
 pub(crate) use sparse::Span;
 
 use crate::error::{fs, StoreError, StoreResult};
+use direct::{copy_direct, DirectError, DirectWrites, DIRECT_ALIGN};
 use fdcache::FdCache;
 use index::StripeMap;
 use spillway_types::tunables::MAX_STRIPE_SIZE;
@@ -46,6 +48,8 @@ pub(crate) struct DataStore {
     allocs: allocs::AllocTracker,
     /// How much a connection may be promised (grants.rs).
     grant_limits: GrantLimits,
+    /// Which writes skip the page cache (direct.rs).
+    direct: DirectWrites,
 }
 
 /// Usage counters since the server started (libdatawarp's accounting).
@@ -58,10 +62,6 @@ pub(crate) struct Counters {
 
 /// Bytes moved per copy_file_range call (and buffer size of the fallback).
 const COPY_CHUNK: usize = 8 << 20;
-
-/// Offsets, lengths and buffers of `O_DIRECT` writes are multiples of this (the
-/// largest logical block size of common devices; stripe sizes are multiples of it).
-const DIRECT_ALIGN: u64 = 4096;
 
 impl DataStore {
     /// Open the stripes under `dir` (created by the fragment), indexing what is there.
@@ -76,12 +76,20 @@ impl DataStore {
             counters: Counters::default(),
             allocs: allocs::AllocTracker::default(),
             grant_limits: GrantLimits::default(),
+            direct: DirectWrites::new(0),
         })
     }
 
     /// Set how much space connections may be promised (the server's tunables).
     pub(crate) fn with_grant_limits(mut self, limits: GrantLimits) -> DataStore {
         self.grant_limits = limits;
+        self
+    }
+
+    /// Write requests of at least `min` bytes go to the disk with O_DIRECT (0: none;
+    /// the server's `direct_write_min` tunable).
+    pub(crate) fn with_direct_writes(mut self, min: u64) -> DataStore {
+        self.direct = DirectWrites::new(min);
         self
     }
 
@@ -161,6 +169,38 @@ impl DataStore {
             .open(naming::stripe_path(&self.dir, ino, stripe))
     }
 
+    /// Write the leading whole blocks of `data` (at `off` of a stripe) with O_DIRECT,
+    /// when they are many enough (direct.rs); the bytes written so, which the caller
+    /// follows with a buffered write of the rest.
+    fn write_direct_part(
+        &self,
+        ino: InodeNo,
+        stripe: u64,
+        off: u64,
+        data: &[u8],
+    ) -> std::io::Result<usize> {
+        let part = self.direct.part(off, data.len());
+        if part == 0 {
+            return Ok(0);
+        }
+        let d = match self.direct_file(ino, stripe) {
+            Ok(d) => d,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                self.direct.refuse(&e);
+                return Ok(0);
+            }
+            Err(e) => return Err(e),
+        };
+        match direct::write_direct(&d, off, &data[..part]) {
+            Ok(n) => Ok(n),
+            Err(DirectError::Refused(n, e)) => {
+                self.direct.refuse(&e);
+                Ok(n)
+            }
+            Err(DirectError::Io(e)) => Err(e),
+        }
+    }
+
     /// Write all of `data` at `offset` of a stripe, or nothing (ENOSPC) when its
     /// growth does not fit into the space neither used nor promised to a connection
     /// (tests; requests go through `write_charged`).
@@ -198,9 +238,11 @@ impl DataStore {
         let claimed = claim(&mut self.map(), end).map_err(|_| fs(Errno::ENOSPC))?;
         let n = (claimed.min(end) - u64::from(offset)) as usize;
         let data = &data[..n];
-        let written = self
-            .file(ino, stripe, true)
-            .and_then(|f| f.write_all_at(data, u64::from(offset)));
+        let written = self.file(ino, stripe, true).and_then(|f| {
+            let off = u64::from(offset);
+            let done = self.write_direct_part(ino, stripe, off, data)?;
+            f.write_all_at(&data[done..], off + done as u64)
+        });
         if let Err(e) = written {
             // The reservation may now overstate the stripe: take the file's real length.
             self.resync(ino, stripe);
@@ -503,108 +545,6 @@ fn scan(dir: &Path) -> StoreResult<StripeMap> {
 
 #[cfg(test)]
 mod tests;
-
-/// A heap buffer aligned for `O_DIRECT`.
-struct AlignedBuf {
-    ptr: std::ptr::NonNull<u8>,
-    layout: std::alloc::Layout,
-}
-
-impl AlignedBuf {
-    fn new(len: usize) -> std::io::Result<AlignedBuf> {
-        let layout = std::alloc::Layout::from_size_align(len.max(1), DIRECT_ALIGN as usize)
-            .map_err(|e| std::io::Error::new(ErrorKind::InvalidInput, e))?;
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { std::alloc::alloc(layout) };
-        let ptr = std::ptr::NonNull::new(raw)
-            .ok_or_else(|| std::io::Error::new(ErrorKind::OutOfMemory, "aligned buffer"))?;
-        Ok(AlignedBuf { ptr, layout })
-    }
-
-    fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: ptr points at layout.size() bytes owned by self; u8 needs no init.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in new with this layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
-    }
-}
-
-/// Copy `len` bytes (a multiple of DIRECT_ALIGN) from `src` at `src_off` to `direct`
-/// (opened with O_DIRECT) at `dst_off` (aligned), in COPY_CHUNK pieces. Returns the
-/// bytes written: fewer than `len` when `src` ends early (the caller copies the rest
-/// the buffered way and checks the total) or when the file system refuses direct
-/// writes here (EINVAL: then everything from there on goes the buffered way).
-fn copy_direct(
-    src: &File,
-    src_off: u64,
-    direct: &File,
-    dst_off: u64,
-    len: u64,
-) -> std::io::Result<u64> {
-    if len == 0 {
-        return Ok(0);
-    }
-    // One buffer per worker thread, kept: a fresh 8 MiB allocation per piece cost a page
-    // fault and a zeroed page for every 4 KiB copied (perf of a 4 GiB stage-out).
-    thread_local! {
-        static DIRECT_BUF: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
-    }
-    DIRECT_BUF.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(AlignedBuf::new(COPY_CHUNK)?);
-        }
-        match slot.as_mut() {
-            Some(b) => copy_direct_with(src, src_off, direct, dst_off, len, b.as_mut()),
-            None => Ok(0),
-        }
-    })
-}
-
-fn copy_direct_with(
-    src: &File,
-    src_off: u64,
-    direct: &File,
-    dst_off: u64,
-    len: u64,
-    buf: &mut [u8],
-) -> std::io::Result<u64> {
-    let mut done = 0u64;
-    while done < len {
-        let want = (len - done).min(buf.len() as u64) as usize;
-        let mut got = 0;
-        while got < want {
-            match src.read_at(&mut buf[got..want], src_off + done + got as u64) {
-                Ok(0) => break,
-                Ok(k) => got += k,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        // Only whole blocks go direct; a short read leaves the rest to the caller.
-        let whole = got - got % DIRECT_ALIGN as usize;
-        let mut put = 0;
-        while put < whole {
-            match direct.write_at(&buf[put..whole], dst_off + done + put as u64) {
-                Ok(0) => return Ok(done + put as u64),
-                Ok(k) => put += k,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(done + put as u64),
-                Err(e) => return Err(e),
-            }
-        }
-        done += whole as u64;
-        if whole < want {
-            return Ok(done);
-        }
-    }
-    Ok(done)
-}
 
 /// Copy `len` bytes between two files at the given offsets, with `copy_file_range`
 /// (no trip through user space; the kernel may share or splice pages), falling back to

@@ -145,7 +145,8 @@ impl Fragment {
             config.capacity,
             env.tunables.fd_cache_size,
         )?
-        .with_grant_limits((&env.tunables).into());
+        .with_grant_limits((&env.tunables).into())
+        .with_direct_writes(env.tunables.direct_write_min);
         let t = &env.tunables;
         let frag = Arc::new(Fragment {
             stats: FragmentStats::default(),
