@@ -4,8 +4,9 @@
 //! and reconnects when it breaks (a restarted server), resending what is safe to resend.
 
 use crate::codec::Wire;
-use crate::frame::{read_frame, write_parts, FrameHeader, FrameKind, HEADER_LEN};
+use crate::frame::{read_frame, FrameHeader, FrameKind, HEADER_LEN};
 use crate::messages::{Call, HelloReply, HelloReq};
+use crate::sendq;
 use spillway_types::tunables::MAX_FRAME_LEN;
 use spillway_types::Errno;
 use std::collections::HashMap;
@@ -166,6 +167,8 @@ pub struct Conn {
     pending: Mutex<HashMap<u64, Arc<Slot>>>,
     next_id: AtomicU64,
     alive: AtomicBool,
+    /// The queue of frames its sending thread writes (sendq.rs), once one was queued.
+    queue: Mutex<Option<crossbeam_channel::Sender<sendq::Queued>>>,
     pub hello: HelloReply,
 }
 
@@ -216,6 +219,7 @@ impl Conn {
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             alive: AtomicBool::new(true),
+            queue: Mutex::new(None),
             hello,
         }))
     }
@@ -226,6 +230,44 @@ impl Conn {
 
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// A new call's id and slot, registered as pending (its reply may be read by
+    /// another caller before its own caller starts waiting), and its frame header.
+    fn register(&self, opcode: u16, len: usize, deadline: Duration) -> (Ticket, [u8; HEADER_LEN]) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot {
+            state: Mutex::new(SlotState::default()),
+            cv: Condvar::new(),
+        });
+        self.lock_pending().insert(id, slot.clone());
+        let h = FrameHeader {
+            kind: FrameKind::Request,
+            opcode,
+            id,
+            aux: deadline.as_millis().min(u128::from(u32::MAX)) as u32,
+        };
+        (Ticket { id, slot }, h.encode(len))
+    }
+
+    /// Write one frame under the writer lock; Err(bytes that left) when it failed.
+    pub(crate) fn write_frame(&self, head: &[u8], body: &[u8], bulk: &[u8]) -> Result<(), usize> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        sendq::write_locked(&mut w, head, body, bulk)
+    }
+
+    /// Whether call `id` still waits for its reply (not answered, not failed).
+    pub(crate) fn is_pending(&self, id: u64) -> bool {
+        self.lock_pending().contains_key(&id)
+    }
+
+    /// Sending call `id` failed: it gets `e`, and the connection, unusable once part
+    /// of a frame left (or broken), fails every other call.
+    pub(crate) fn fail_call(&self, id: u64, e: CallError) {
+        if let Some(slot) = self.lock_pending().remove(&id) {
+            slot.fill(Err(e));
+        }
+        self.fail();
     }
 
     /// Send one request frame. Wait for its reply with `wait_reply`, passing the ticket:
@@ -240,37 +282,52 @@ impl Conn {
         if !self.is_alive() {
             return Err(CallError::NotSent);
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot {
-            state: Mutex::new(SlotState::default()),
-            cv: Condvar::new(),
-        });
-        self.lock_pending().insert(id, slot.clone());
-        let h = FrameHeader {
-            kind: FrameKind::Request,
-            opcode,
-            id,
-            aux: deadline.as_millis().min(u128::from(u32::MAX)) as u32,
-        };
-        let head = h.encode(body.len() + bulk.len());
-        let res = {
-            let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-            // Once part of a frame left, the connection is unusable and the caller
-            // decides by the call's idempotency whether to send it again.
-            write_parts(&mut *w, &[&head, body, bulk]).map_err(|(_, sent)| {
-                if sent == 0 {
-                    CallError::NotSent
-                } else {
-                    CallError::Lost
-                }
-            })
-        };
-        if let Err(e) = res {
-            self.lock_pending().remove(&id);
+        let (ticket, head) = self.register(opcode, body.len() + bulk.len(), deadline);
+        // Once part of a frame left, the connection is unusable and the caller
+        // decides by the call's idempotency whether to send it again.
+        if let Err(sent) = self.write_frame(&head, body, bulk) {
+            self.lock_pending().remove(&ticket.id);
             self.fail();
-            return Err(e);
+            return Err(if sent == 0 {
+                CallError::NotSent
+            } else {
+                CallError::Lost
+            });
         }
-        Ok(Ticket { id, slot })
+        Ok(ticket)
+    }
+
+    /// Queue one request frame for the connection's sending thread (sendq.rs) and
+    /// return at once; a failure to send lands in the ticket's slot (NotSent when no
+    /// byte of it left, else Lost).
+    pub fn send_queued(
+        self: &Arc<Self>,
+        opcode: u16,
+        body: Vec<u8>,
+        bulk: Arc<Vec<u8>>,
+        deadline: Duration,
+    ) -> Result<Ticket, CallError> {
+        if !self.is_alive() {
+            return Err(CallError::NotSent);
+        }
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.is_none() {
+            *q = Some(sendq::start(self).map_err(|_| CallError::NotSent)?);
+        }
+        let (ticket, head) = self.register(opcode, body.len() + bulk.len(), deadline);
+        let job = sendq::Queued {
+            id: ticket.id,
+            head,
+            body,
+            bulk,
+        };
+        let queued = q.as_ref().is_some_and(|tx| tx.send(job).is_ok());
+        drop(q);
+        if !queued {
+            self.lock_pending().remove(&ticket.id);
+            return Err(CallError::NotSent);
+        }
+        Ok(ticket)
     }
 
     /// Wait for the reply to call `id` until `deadline`, reading the connection
@@ -391,6 +448,9 @@ impl Conn {
     /// The connection is broken: fail every waiting call.
     fn fail(&self) {
         self.alive.store(false, Ordering::SeqCst);
+        // The sending thread ends once it has drained what is queued (every call of
+        // which is failed below, so it writes none of them).
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Ok(w) = self.writer.lock() {
             let _ = w.shutdown(Shutdown::Both);
         }
@@ -596,18 +656,24 @@ impl<C: Call> PendingCall<'_, C> {
 pub struct OwnedCall<C: Call> {
     ep: Arc<Endpoint>,
     body: Vec<u8>,
-    bulk: Vec<u8>,
+    /// Shared with the connection's send queue until the frame is written.
+    bulk: Arc<Vec<u8>>,
     sent: Result<Sent, CallError>,
     started: Instant,
     _c: PhantomData<C>,
 }
 
 impl<C: Call> OwnedCall<C> {
-    /// Start `req` with `bulk` on `ep`.
+    /// Start `req` with `bulk` on `ep`: queued for the connection's sending thread
+    /// (sendq.rs), so this returns before the bytes are on the socket.
     pub fn start(ep: &Arc<Endpoint>, req: &C, bulk: Vec<u8>) -> OwnedCall<C> {
         let body = req.to_bytes();
         let started = Instant::now();
-        let sent = ep.send(C::OP, &body, &bulk);
+        let bulk = Arc::new(bulk);
+        let sent = ep.conn().and_then(|conn| {
+            let ticket = conn.send_queued(C::OP, body.clone(), bulk.clone(), ep.deadline)?;
+            Ok(Sent { conn, ticket })
+        });
         OwnedCall {
             ep: ep.clone(),
             body,
@@ -626,7 +692,8 @@ impl<C: Call> OwnedCall<C> {
         }
     }
 
-    /// Wait for the reply (see `PendingCall::wait`); the bulk buffer comes back too.
+    /// Wait for the reply (see `PendingCall::wait`); the bulk buffer comes back too
+    /// (empty in the rare case the sending thread still held it).
     pub fn wait(mut self) -> (Result<C::Reply, Errno>, Vec<u8>) {
         let r = finish::<C>(
             &self.ep,
@@ -635,7 +702,7 @@ impl<C: Call> OwnedCall<C> {
             &mut self.sent,
             self.started,
         );
-        (r, self.bulk)
+        (r, Arc::try_unwrap(self.bulk).unwrap_or_default())
     }
 }
 

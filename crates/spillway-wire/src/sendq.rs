@@ -1,0 +1,237 @@
+//! The send queue of a connection: request frames handed to a thread of the connection
+//! that writes them in order, so that the caller goes on while the bytes cross the
+//! socket. Write-behind uses it (`OwnedCall::start`): a client's FUSE thread copies a
+//! write into its buffer, queues it and answers the kernel at once, and the
+//! application's next write overlaps this one's trip through TCP (perf of one
+//! streaming writer: the socket send, with the loopback receive the kernel runs inside
+//! it, was the longest step of every write(2)). Calls waited for at once keep sending
+//! on their own thread (`Conn::send_raw`), which costs no thread hand-off.
+//!
+//! The thread starts with the first queued frame and ends with the connection: it
+//! holds the connection weakly and stops when its queue closes (`Conn::fail`) or the
+//! connection is gone.
+
+use crate::conn::{CallError, Conn};
+use crate::frame::{write_parts, HEADER_LEN};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::sync::{Arc, Weak};
+
+/// One frame to write: its header, fields and bulk data, and the call it belongs to.
+pub(crate) struct Queued {
+    pub(crate) id: u64,
+    pub(crate) head: [u8; HEADER_LEN],
+    pub(crate) body: Vec<u8>,
+    pub(crate) bulk: Arc<Vec<u8>>,
+}
+
+/// Start the sending thread of `conn`; the sender end of its queue.
+pub(crate) fn start(conn: &Arc<Conn>) -> std::io::Result<Sender<Queued>> {
+    let (tx, rx) = unbounded();
+    let weak = Arc::downgrade(conn);
+    std::thread::Builder::new()
+        .name("wire-send".into())
+        .spawn(move || run(weak, rx))?;
+    Ok(tx)
+}
+
+fn run(conn: Weak<Conn>, rx: Receiver<Queued>) {
+    while let Ok(job) = rx.recv() {
+        let Some(conn) = conn.upgrade() else {
+            return;
+        };
+        let Queued {
+            id,
+            head,
+            body,
+            bulk,
+        } = job;
+        // A call failed meanwhile (the connection broke) is no longer pending: its
+        // caller already has its error and sends again on a new connection.
+        if !conn.is_pending(id) {
+            continue;
+        }
+        let res = conn.write_frame(&head, &body, &bulk);
+        // The caller takes its buffer back once answered; hold it no longer than the
+        // write.
+        drop(bulk);
+        if let Err(sent) = res {
+            conn.fail_call(
+                id,
+                if sent == 0 {
+                    CallError::NotSent
+                } else {
+                    CallError::Lost
+                },
+            );
+        }
+    }
+}
+
+/// A frame's parts written under the connection's writer lock, as `send_raw` writes.
+pub(crate) fn write_locked(
+    w: &mut std::net::TcpStream,
+    head: &[u8],
+    body: &[u8],
+    bulk: &[u8],
+) -> Result<(), usize> {
+    write_parts(w, &[head, body, bulk]).map_err(|(_, sent)| sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::conn::{Endpoint, OwnedCall};
+    use crate::messages::{HelloReply, HelloReq, Request, WriteReply, WriteReq};
+    use crate::serve::{Reply, Server, Service};
+    use crate::PROTOCOL_VERSION;
+    use spillway_types::{Errno, InodeNo};
+
+    use std::net::{SocketAddr, TcpListener};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    /// Answers a write with its length, after `delay`; records (offset, checksum) in
+    /// arrival order.
+    struct Sink {
+        seen: Mutex<Vec<(u32, u64)>>,
+        calls: AtomicU64,
+        delay: Duration,
+    }
+
+    impl Service for Sink {
+        type Session = ();
+        fn hello(&self, _r: &HelloReq, _p: SocketAddr) -> Result<(HelloReply, ()), Errno> {
+            let reply = HelloReply {
+                version: PROTOCOL_VERSION,
+                server_index: 0,
+                server_count: 1,
+            };
+            Ok((reply, ()))
+        }
+        fn handle(&self, _s: &(), req: Request) -> Result<Reply, Errno> {
+            let Request::Write(w, bulk) = req else {
+                return Err(Errno::EINVAL);
+            };
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(self.delay);
+            let sum = bulk.data().iter().map(|b| u64::from(*b)).sum();
+            self.seen.lock().unwrap().push((w.offset, sum));
+            Ok(Reply::of(&WriteReply {
+                written: bulk.data().len() as u32,
+                grant_epoch: 0,
+                granted: 0,
+            }))
+        }
+        fn runs_inline(&self, _op: u16, _body: &[u8]) -> bool {
+            true
+        }
+        fn closed(&self, _s: &()) {}
+    }
+
+    fn endpoint(addr: SocketAddr) -> Arc<Endpoint> {
+        let hello = HelloReq {
+            version_min: PROTOCOL_VERSION,
+            version_max: PROTOCOL_VERSION,
+            role: 0,
+            instance: 0,
+            credential: Vec::new(),
+            peer_name: "test".into(),
+        };
+        Arc::new(Endpoint::new(
+            addr.to_string(),
+            hello,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        ))
+    }
+
+    fn req(offset: u32) -> WriteReq {
+        WriteReq {
+            ino: InodeNo(1),
+            stripe: 0,
+            offset,
+            sync: false,
+            grant_epoch: 0,
+            charged: 0,
+        }
+    }
+
+    /// Queued frames leave in the order they were queued, whole, each answered; the
+    /// bulk buffers come back to their callers.
+    #[test]
+    fn queued_writes_arrive_in_order_and_their_buffers_come_back() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sink = Arc::new(Sink {
+            seen: Mutex::new(Vec::new()),
+            calls: AtomicU64::new(0),
+            delay: Duration::ZERO,
+        });
+        let mut server = Server::start(listener, sink.clone(), 2).unwrap();
+        let ep = endpoint(addr);
+        let calls: Vec<_> = (0..64u32)
+            .map(|i| {
+                let bulk = vec![(i % 200) as u8; 256 << 10];
+                OwnedCall::start(&ep, &req(i), bulk)
+            })
+            .collect();
+        let mut returned = 0;
+        for (i, c) in calls.into_iter().enumerate() {
+            let (r, buf) = c.wait();
+            assert_eq!(r.unwrap().written, 256 << 10, "call {i}");
+            returned += usize::from(buf.capacity() >= 256 << 10);
+        }
+        let seen = sink.seen.lock().unwrap().clone();
+        let want: Vec<(u32, u64)> = (0..64u32)
+            .map(|i| (i, u64::from(i % 200) * (256 << 10)))
+            .collect();
+        assert_eq!(seen, want, "order and content as queued");
+        assert!(returned > 32, "only {returned} of 64 buffers came back");
+        server.stop();
+    }
+
+    /// A connection that breaks under queued writes (one being written, others still
+    /// in the queue) fails them over to a new one: every write is answered (writes
+    /// are idempotent, so they are sent again).
+    #[test]
+    fn queued_writes_are_sent_again_after_the_connection_breaks() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // A slow server, and more bytes than the socket buffers hold: the sending
+        // thread is blocked in a write with frames queued behind it when it breaks.
+        let sink = Arc::new(Sink {
+            seen: Mutex::new(Vec::new()),
+            calls: AtomicU64::new(0),
+            delay: Duration::from_millis(10),
+        });
+        let mut server = Server::start(listener, sink.clone(), 2).unwrap();
+        let ep = endpoint(addr);
+        let first = ep.conn().unwrap();
+        let calls: Vec<_> = (0..16u32)
+            .map(|i| OwnedCall::start(&ep, &req(i), vec![(i + 1) as u8; 4 << 20]))
+            .collect();
+        std::thread::sleep(Duration::from_millis(30));
+        first.close();
+        for (i, c) in calls.into_iter().enumerate() {
+            let (r, _) = c.wait();
+            assert_eq!(r.unwrap().written, 4 << 20, "call {i}");
+        }
+        let seen = sink.seen.lock().unwrap().clone();
+        for i in 0..16u32 {
+            let want = u64::from(i + 1) * (4 << 20);
+            assert!(
+                seen.iter().any(|(o, sum)| *o == i && *sum == want),
+                "write {i} never arrived whole"
+            );
+        }
+        assert!(
+            sink.calls.load(Ordering::SeqCst) < 16 * 2 + 2,
+            "sent again only what the break cost"
+        );
+        assert!(
+            !Arc::ptr_eq(&first, &ep.conn().unwrap()),
+            "a new connection"
+        );
+        server.stop();
+    }
+}
