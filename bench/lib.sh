@@ -8,6 +8,8 @@
 #                         on the file system you want as "raw": the servers' storage roots
 #                         are created under it, so raw and Spillway share the same disk
 #   BENCH_RESULTS=FILE    append one result line per figure (bench/all.sh uses it)
+#   BENCH_TUNABLES=FILE   a tunables file for the clusters' servers and mounts
+#                         (`spillway cluster up --tunables`), to compare settings
 
 # shellcheck source-path=SCRIPTDIR source=../scripts/lib/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../scripts/lib/common.sh"
@@ -58,7 +60,7 @@ bench_cluster_up() {
     rm -rf "$dir"
     mkdir -p "$(dirname "$dir")"
     BENCH_CLUSTERS+=("$dir")
-    cluster_up "$dir" "$BENCH_SERVERS" "$capacity"
+    cluster_up "$dir" "$BENCH_SERVERS" "$capacity" ${BENCH_TUNABLES:+--tunables "$BENCH_TUNABLES"}
     info "cluster up: $BENCH_SERVERS servers under $dir/servers, mounted at $CLUSTER_MNT"
 }
 

@@ -280,6 +280,10 @@ pub struct ClusterUpArgs {
     /// Mode of the instance's root directory (octal).
     #[arg(long, default_value = "1777")]
     pub root_mode: String,
+    /// File of `key = value` tunables for the servers and the mount (docs/cli.md);
+    /// kept for later `up`s of the same cluster.
+    #[arg(long)]
+    pub tunables: Option<PathBuf>,
 }
 
 /// A size option: the one parser of every tool (`spillway_api::size`: `G`/`GiB` are

@@ -87,7 +87,7 @@ struct UpSizes {
 }
 
 /// Start server `s` (in its namespace, if it has one) with its log in `DIR/logs`.
-fn spawn_server(dir: &Path, s: &ServerState) -> Result<i32, String> {
+fn spawn_server(dir: &Path, s: &ServerState, tunables: Option<&Path>) -> Result<i32, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&s.root).map_err(|e| format!("{}: {e}", s.root.display()))?;
     let log_path = dir.join("logs").join(format!("server-{}.log", s.index));
@@ -104,6 +104,9 @@ fn spawn_server(dir: &Path, s: &ServerState) -> Result<i32, String> {
         .arg(&s.root)
         .arg("--listen")
         .arg(&s.listen);
+    if let Some(t) = tunables {
+        cmd.arg("--tunables").arg(t);
+    }
     spawn_detached(cmd, &log_path, &format!("server {}", s.index))
 }
 
@@ -206,6 +209,7 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
                 servers,
                 mounts: Vec::new(),
                 netns_subnet,
+                tunables: None,
             };
             let secret = random_bytes(32)?;
             write_private(&secret_path(&dir), &encode_hex(&secret))?;
@@ -220,6 +224,15 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
             (st, desc, secret)
         }
     };
+    if let Some(t) = &a.tunables {
+        // Checked here, so a typo fails `up` rather than every server and the mount.
+        let mut check = spillway_types::Tunables::default();
+        check.apply_file(t)?;
+        st.tunables = Some(
+            t.canonicalize()
+                .map_err(|e| format!("{}: {e}", t.display()))?,
+        );
+    }
     // A fresh capability on every `up`: a resumed cluster's client gets a full term.
     desc.credential = encode_hex(&dev_capability(&secret, &st)?);
     desc.validate().map_err(|e| e.to_string())?;
@@ -236,7 +249,7 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
                 setup_netns(subnet, s.index)?;
             }
         }
-        let pid = spawn_server(&dir, &s)?;
+        let pid = spawn_server(&dir, &s, st.tunables.as_deref())?;
         st.servers[i].pid = Some(pid);
         save(&dir, &st)?;
         wait_listening(&s, pid)?;
@@ -286,6 +299,11 @@ fn mount_at(dir: &Path, st: &mut ClusterState, desc: &Path, mnt: &Path) -> Resul
         .arg(&log)
         .arg("--pidfile")
         .arg(&pidfile)
+        .args(
+            st.tunables
+                .iter()
+                .flat_map(|t| [std::ffi::OsStr::new("--tunables"), t.as_os_str()]),
+        )
         .arg(mnt)
         .output()
         .map_err(|e| e.to_string())?;
@@ -400,7 +418,7 @@ fn start_server(dir: &Path, index: u16) -> Result<(), String> {
     if s.pid.is_some_and(alive) {
         return Ok(());
     }
-    let pid = spawn_server(dir, &s)?;
+    let pid = spawn_server(dir, &s, st.tunables.as_deref())?;
     st.servers[i].pid = Some(pid);
     save(dir, &st)?;
     wait_listening(&s, pid)

@@ -30,6 +30,9 @@ pub struct ClusterState {
     /// first `up` (absent in the state of clusters made before it was recorded).
     #[serde(default)]
     pub netns_subnet: Option<u8>,
+    /// The tunables file its servers and mounts are started with (absolute).
+    #[serde(default)]
+    pub tunables: Option<PathBuf>,
 }
 
 impl ClusterState {
