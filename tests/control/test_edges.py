@@ -362,6 +362,47 @@ def test_cluster_down_with_a_busy_mount_fails_naming_the_holder(spillway_bin):
         c.teardown()
 
 
+def test_cluster_up_tunables_reach_servers_and_mount_and_typos_fail_first(spillway_bin, tmp_path):
+    """`spillway cluster up --tunables FILE`: a typo in the file fails `up` naming the
+    line, with nothing started; a good file is handed to every server and the mount
+    (and kept for a later `up`), and the instance works under it."""
+    bad = tmp_path / "bad.tunables"
+    bad.write_text("direct_write_min = 0\nmax_readahed = 65536\n")
+    c = H.Cluster(spillway_bin, "edges-tun", servers=2, capacity="256M")
+    try:
+        r = H.run_cli(spillway_bin, c.up_args() + ["--tunables", str(bad)], check=False)
+        assert r.returncode != 0 and "line 2" in r.stderr and "max_readahed" in r.stderr, r.stderr
+        mounts, pids = c.leftovers()
+        assert not mounts and not pids, (mounts, pids)
+        good = tmp_path / "good.tunables"
+        good.write_text("direct_write_min = 0  # every write buffered\nmax_readahead = 65536\n")
+        c.up(extra=["--tunables", str(good)])
+        def with_tunables():
+            found = []
+            for pid in H.pids_mentioning(c.dir):
+                try:
+                    argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+                except OSError:
+                    continue
+                if b"--tunables" in argv:
+                    found.append((argv[1].decode(), argv[argv.index(b"--tunables") + 1].decode()))
+            return found
+        found = with_tunables()
+        assert sorted(k for k, _ in found) == ["mount", "server", "server"], found
+        assert all(v == str(good) for _, v in found), found
+        data = os.urandom(3 << 20)
+        H.write_file(os.path.join(c.mnt, "t.bin"), data, fsync=True)
+        assert H.read_file(os.path.join(c.mnt, "t.bin")) == data
+        # Kept across a down --keep-data and up.
+        c.down(extra=["--keep-data"])
+        c.up()
+        found = with_tunables()
+        assert sorted(k for k, _ in found) == ["mount", "server", "server"], found
+        assert H.read_file(os.path.join(c.mnt, "t.bin")) == data
+    finally:
+        c.teardown()
+
+
 # ------------------------------------------------------------------ spillway run, manager restart
 def test_spillway_run_rides_out_a_manager_restart(site, spillway_bin, user):
     base = user_dir(site, user, "restart")
