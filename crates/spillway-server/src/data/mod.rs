@@ -292,17 +292,8 @@ impl DataStore {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
         };
-        let mut buf = vec![0u8; n];
-        let mut got = 0;
-        while got < n {
-            match f.read_at(&mut buf[got..], u64::from(offset) + got as u64) {
-                Ok(0) => break,
-                Ok(k) => got += k,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        buf.truncate(got);
+        let buf = read_into_new(&f, u64::from(offset), n)?;
+        let got = buf.len();
         self.counters
             .bytes_read
             .fetch_add(got as u64, Ordering::Relaxed);
@@ -506,6 +497,39 @@ impl DataStore {
     pub(crate) fn close(&self) {
         self.cache.clear();
     }
+}
+
+/// Read up to `n` bytes of `f` at `offset` into a new buffer, fewer where the file
+/// ends first. The buffer is not zero-filled first: perf of a streaming read showed the
+/// memset of every reply buffer at 6% of the read path's CPU, for bytes the read
+/// overwrites at once.
+fn read_into_new(f: &File, offset: u64, n: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let mut buf: Vec<u8> = Vec::with_capacity(n);
+    let mut got = 0usize;
+    while got < n {
+        let at = libc::off_t::try_from(offset + got as u64)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: the destination is the vector's spare capacity, `n - got` bytes
+        // from `got` (within the `n` allocated); pread writes at most that many.
+        let k =
+            unsafe { libc::pread(f.as_raw_fd(), buf.as_mut_ptr().add(got).cast(), n - got, at) };
+        match k {
+            0 => break,
+            k if k > 0 => {
+                got += k as usize;
+                // SAFETY: the first `got` bytes were written by pread above.
+                unsafe { buf.set_len(got) };
+            }
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(buf)
 }
 
 /// Index every stripe file under `dir`. Names this server did not write are logged and
