@@ -69,6 +69,23 @@ pub struct WriteBack {
     end: AtomicU64,
 }
 
+/// How a write RPC goes out: `sync` (the server fdatasyncs before it answers), and
+/// `wait` (its caller waits for it next, so it is sent at once rather than queued for
+/// the connection's sending thread, which would add a wake-up to the wait).
+#[derive(Clone, Copy)]
+struct Pace {
+    sync: bool,
+    wait: bool,
+}
+
+impl Pace {
+    /// A write behind: queued, the caller goes on.
+    const BEHIND: Pace = Pace {
+        sync: false,
+        wait: false,
+    };
+}
+
 /// A write sent and not yet answered.
 struct InFlight {
     offset: u64,
@@ -224,11 +241,11 @@ impl WriteBack {
             {
                 s.merge(offset, bytes, self.chunk);
                 if s.data.len() >= self.chunk {
-                    self.send_staged(st, layout, false)?;
+                    self.send_staged(st, layout, false, false)?;
                 }
                 return Ok(bytes.len());
             }
-            self.send_staged(st, layout, false)?;
+            self.send_staged(st, layout, false, false)?;
         }
         let Some(epoch) = self.charge(st, server, bytes.len() as u64) else {
             return self.write_waited(st, layout, offset, bytes);
@@ -236,7 +253,7 @@ impl WriteBack {
         if bytes.len() >= self.chunk {
             let mut buf = self.buffer(st, bytes.len());
             buf.extend_from_slice(bytes);
-            self.send(st, layout, offset, buf, false, epoch)?;
+            self.send(st, layout, offset, buf, Pace::BEHIND, epoch)?;
             return Ok(bytes.len());
         }
         let mut buf = self.buffer(st, STAGE_START.max(bytes.len()));
@@ -332,9 +349,17 @@ impl WriteBack {
         }
     }
 
-    fn send_staged(&self, st: &mut State, layout: &Layout, sync: bool) -> Result<(), Errno> {
+    /// Send the staged run: behind (queued, the caller goes on) or, with `wait`,
+    /// sent at once because the caller waits for it next (`push`).
+    fn send_staged(
+        &self,
+        st: &mut State,
+        layout: &Layout,
+        sync: bool,
+        wait: bool,
+    ) -> Result<(), Errno> {
         match st.staged.take() {
-            Some(s) => self.send(st, layout, s.offset, s.data, sync, s.epoch),
+            Some(s) => self.send(st, layout, s.offset, s.data, Pace { sync, wait }, s.epoch),
             None => Ok(()),
         }
     }
@@ -348,9 +373,10 @@ impl WriteBack {
         layout: &Layout,
         offset: u64,
         data: Vec<u8>,
-        sync: bool,
+        pace: Pace,
         epoch: u64,
     ) -> Result<(), Errno> {
+        let Pace { sync, wait } = pace;
         let end = offset + data.len() as u64;
         while st.inflight.iter().any(|f| f.offset < end && offset < f.end) {
             self.reap_one(st);
@@ -367,9 +393,13 @@ impl WriteBack {
             epoch,
             bytes: len as u32,
         };
-        let call = self
-            .inst
-            .start_write_piece(layout, self.ino, offset, data, sync, charge)?;
+        let call = if sync || wait {
+            self.inst
+                .start_write_piece(layout, self.ino, offset, data, sync, charge)?
+        } else {
+            self.inst
+                .queue_write_piece(layout, self.ino, offset, data, charge)?
+        };
         st.inflight_bytes += len;
         st.size_stale = true;
         st.inflight.push_back(InFlight {
@@ -497,7 +527,7 @@ impl WriteBack {
             .filter(|s| Some(*s) != staged_server)
             .collect();
         let sync_calls = self.inst.start_sync_data(self.ino, &older);
-        let sent = self.send_staged(st, &layout, durable);
+        let sent = self.send_staged(st, &layout, durable, true);
         // The size call above covers this last run too.
         st.size_stale = false;
         self.reap_all(st);

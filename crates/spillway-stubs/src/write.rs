@@ -4,8 +4,10 @@
 //!
 //! * `write_piece` — one piece, waited for (a write the grant does not cover: the
 //!   server fits it into free space, or a prefix of it, or refuses it);
-//! * `start_write_piece` — one piece put in flight owning its bytes, so it outlives
-//!   the call starting it and is sent again after a reconnect (write-behind);
+//! * `start_write_piece` / `queue_write_piece` — one piece put in flight owning its
+//!   bytes, so it outlives the call starting it and is sent again after a reconnect
+//!   (write-behind; queued for the connection's sending thread, or sent at once when
+//!   the caller is about to wait for it);
 //! * `write` — a run over any stripes, every piece in flight at once, waited for
 //!   (a write-through).
 //!
@@ -73,7 +75,8 @@ impl Instance {
 
     /// Start writing `data`, which lies within one stripe, at file offset `offset` of
     /// `ino`; with `sync` the server fdatasyncs the file's dirty stripes before it
-    /// answers. The call owns `data` until `PendingWrite::wait` hands it back.
+    /// answers. The call owns `data` until `PendingWrite::wait` hands it back. Sent
+    /// before this returns: for a write its caller waits for soon (flush, fsync).
     pub fn start_write_piece(
         &self,
         layout: &Layout,
@@ -87,6 +90,23 @@ impl Instance {
         let ep = self.endpoint(layout.server_of(stripe))?;
         let req = write_req(ino, stripe, within, sync, charge);
         Ok(PendingWrite(OwnedCall::start(&ep, &req, data)))
+    }
+
+    /// `start_write_piece` (not synced), queued for the connection's sending thread:
+    /// returns before the bytes are on the socket, so the caller (a write-behind)
+    /// goes on while they cross it.
+    pub fn queue_write_piece(
+        &self,
+        layout: &Layout,
+        ino: InodeNo,
+        offset: u64,
+        data: Vec<u8>,
+        charge: Charge,
+    ) -> Result<PendingWrite, Errno> {
+        let (stripe, within) = layout.locate(offset);
+        let ep = self.endpoint(layout.server_of(stripe))?;
+        let req = write_req(ino, stripe, within, false, charge);
+        Ok(PendingWrite(OwnedCall::queue(&ep, &req, data)))
     }
 
     /// Give `bytes` of this client's space grant of session `epoch` on `server` back

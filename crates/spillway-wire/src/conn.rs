@@ -664,9 +664,26 @@ pub struct OwnedCall<C: Call> {
 }
 
 impl<C: Call> OwnedCall<C> {
-    /// Start `req` with `bulk` on `ep`: queued for the connection's sending thread
-    /// (sendq.rs), so this returns before the bytes are on the socket.
+    /// Start `req` with `bulk` on `ep`, sent by this thread before it returns: for a
+    /// call its caller waits for soon (a flush, an fsync), where handing the frame to
+    /// another thread would only add a wake-up to the wait.
     pub fn start(ep: &Arc<Endpoint>, req: &C, bulk: Vec<u8>) -> OwnedCall<C> {
+        let body = req.to_bytes();
+        let started = Instant::now();
+        let sent = ep.send(C::OP, &body, &bulk);
+        OwnedCall {
+            ep: ep.clone(),
+            body,
+            bulk: Arc::new(bulk),
+            sent,
+            started,
+            _c: PhantomData,
+        }
+    }
+
+    /// Start `req` with `bulk` on `ep`, queued for the connection's sending thread
+    /// (sendq.rs): this returns before the bytes are on the socket (write-behind).
+    pub fn queue(ep: &Arc<Endpoint>, req: &C, bulk: Vec<u8>) -> OwnedCall<C> {
         let body = req.to_bytes();
         let started = Instant::now();
         let bulk = Arc::new(bulk);

@@ -1,11 +1,13 @@
 //! The send queue of a connection: request frames handed to a thread of the connection
 //! that writes them in order, so that the caller goes on while the bytes cross the
-//! socket. Write-behind uses it (`OwnedCall::start`): a client's FUSE thread copies a
+//! socket. Write-behind uses it (`OwnedCall::queue`): a client's FUSE thread copies a
 //! write into its buffer, queues it and answers the kernel at once, and the
 //! application's next write overlaps this one's trip through TCP (perf of one
 //! streaming writer: the socket send, with the loopback receive the kernel runs inside
-//! it, was the longest step of every write(2)). Calls waited for at once keep sending
-//! on their own thread (`Conn::send_raw`), which costs no thread hand-off.
+//! it, was the longest step of every write(2)). Calls waited for at once (a flush's or an fsync's last write
+//! included: `OwnedCall::start`) keep sending on their own thread (`Conn::send_raw`),
+//! which costs no thread hand-off: measured, queueing those cost SQLite's
+//! write + fsync commits a wake-up each.
 //!
 //! The thread starts with the first queued frame and ends with the connection: it
 //! holds the connection weakly and stops when its queue closes (`Conn::fail`) or the
@@ -172,7 +174,7 @@ mod tests {
         let calls: Vec<_> = (0..64u32)
             .map(|i| {
                 let bulk = vec![(i % 200) as u8; 256 << 10];
-                OwnedCall::start(&ep, &req(i), bulk)
+                OwnedCall::queue(&ep, &req(i), bulk)
             })
             .collect();
         let mut returned = 0;
@@ -208,7 +210,7 @@ mod tests {
         let ep = endpoint(addr);
         let first = ep.conn().unwrap();
         let calls: Vec<_> = (0..16u32)
-            .map(|i| OwnedCall::start(&ep, &req(i), vec![(i + 1) as u8; 4 << 20]))
+            .map(|i| OwnedCall::queue(&ep, &req(i), vec![(i + 1) as u8; 4 << 20]))
             .collect();
         std::thread::sleep(Duration::from_millis(30));
         first.close();
