@@ -131,3 +131,15 @@ report() {
             >>"$BENCH_RESULTS"
     fi
 }
+
+# sqlite_inserts_sql N FILE: N single-insert transactions ("BEGIN; INSERT; COMMIT;"),
+# ~100-byte rows, into table t(id, name, value) (bench/sqlite.sh, bench/peers.sh).
+sqlite_inserts_sql() {
+    "$PY" - "$1" "$2" <<'PYEOF'
+import sys
+n, path = int(sys.argv[1]), sys.argv[2]
+with open(path, "w") as f:
+    for i in range(n):
+        f.write(f"BEGIN;\nINSERT INTO t(id, name, value) VALUES({i}, 'row-{i:08d}', '{'x' * 80}');\nCOMMIT;\n")
+PYEOF
+}

@@ -547,16 +547,6 @@ wl_fsmark() {
     bounded "$TIMEOUT" rm -rf "$dir/fsm"
 }
 
-# make_sql N FILE: N single-insert transactions, ~100-byte rows (as bench/sqlite.sh).
-make_sql() {
-    "$PY" - "$1" "$2" <<'PYEOF'
-import sys
-n, path = int(sys.argv[1]), sys.argv[2]
-with open(path, "w") as f:
-    for i in range(n):
-        f.write(f"BEGIN;\nINSERT INTO t(id, name, value) VALUES({i}, 'row-{i:08d}', '{'x' * 80}');\nCOMMIT;\n")
-PYEOF
-}
 
 # wl_sqlite REP SYSTEM DIR: INSERTS one-insert transactions, DELETE journal, FULL sync.
 wl_sqlite() {
@@ -694,7 +684,7 @@ done
 
 step "peers: ${SYSTEMS[*]}; workloads ${WORKLOADS[*]}; $SIZE; $BENCH_REPS reps; raw on $(findmnt -rn -o SOURCE,FSTYPE -T "$BENCH_WORK" | head -n1)"
 mkdir -p "$PEERS_DIR"
-want sqlite && make_sql "$INSERTS" "$STATE/inserts.sql"
+want sqlite && sqlite_inserts_sql "$INSERTS" "$STATE/inserts.sql"
 if want tar; then
     tar -C /usr/share -cf "$STATE/doc.tar" doc
     record meta entries "$(tar -tf "$STATE/doc.tar" | wc -l)"

@@ -24,6 +24,10 @@ import statistics
 import sys
 import urllib.request
 
+# The /proc readers of the project's process sweep (scripts/lib/sweep.py), shared.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "lib"))
+from sweep import cmdline, environ_has, is_zombie  # noqa: E402
+
 PEERS = ("glusterfs", "juicefs", "seaweedfs")
 
 # figure key -> (label, unit, higher is better, has a raw figure)
@@ -51,30 +55,6 @@ def comm(pid):
             return f.read().strip()
     except OSError:
         return ""
-
-
-def environ_has(pid, needle):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return needle in f.read().split(b"\0")
-    except OSError:
-        return False
-
-
-def cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def is_zombie(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def pids(mode, arg, names):

@@ -24,18 +24,8 @@ BENCH_REMOVE+=("$RAW_DIR" "$CLUSTER_DIR")
 SQL="$(mktemp -d)"
 BENCH_REMOVE+=("$SQL")
 
-# make_script N FILE: N single-insert transactions, ~100-byte rows.
-make_script() {
-    "$PY" - "$1" "$2" <<'PYEOF'
-import sys
-n, path = int(sys.argv[1]), sys.argv[2]
-with open(path, "w") as f:
-    for i in range(n):
-        f.write(f"BEGIN;\nINSERT INTO t(id, name, value) VALUES({i}, 'row-{i:08d}', '{'x' * 80}');\nCOMMIT;\n")
-PYEOF
-}
-make_script "$INSERTS" "$SQL/inserts.sql"
-make_script 250 "$SQL/warmup.sql"
+sqlite_inserts_sql "$INSERTS" "$SQL/inserts.sql"
+sqlite_inserts_sql 250 "$SQL/warmup.sql"
 SCHEMA='CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT NOT NULL, value TEXT NOT NULL);'
 
 # run_inserts DB SCRIPT: create the table, then time the inserts; print inserts/s
