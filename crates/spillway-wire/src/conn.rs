@@ -3,10 +3,11 @@
 //! the callers themselves (see `Conn`). An `Endpoint` owns the connection to one server
 //! and reconnects when it breaks (a restarted server), resending what is safe to resend.
 
+mod sendq;
+
 use crate::codec::Wire;
 use crate::frame::{read_frame, FrameHeader, FrameKind, HEADER_LEN};
 use crate::messages::{Call, HelloReply, HelloReq};
-use crate::sendq;
 use spillway_types::tunables::MAX_FRAME_LEN;
 use spillway_types::Errno;
 use std::collections::HashMap;

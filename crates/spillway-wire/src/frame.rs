@@ -237,3 +237,47 @@ mod tests {
         assert!(read_frame(&mut &bad_kind[..], MAX_FRAME_LEN).is_err());
     }
 }
+
+/// The frame reader and the request decoder take bytes from anyone who connects:
+/// whatever arrives, they answer a frame or an error, never a panic, and a frame's
+/// body is exactly the bytes sent (wherever in its buffer the padding put it).
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use crate::messages::Request;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic_the_reader(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = read_frame(&mut &bytes[..], MAX_FRAME_LEN);
+        }
+
+        #[test]
+        fn well_framed_garbage_bodies_decode_or_fail_cleanly(
+            opcode in any::<u16>(),
+            body in proptest::collection::vec(any::<u8>(), 0..300),
+            big in any::<bool>(),
+        ) {
+            // A large body too, so that the padded (aligned) placement is exercised.
+            let body = if big { body.repeat(1 + (80 << 10) / (body.len() + 1)) } else { body };
+            let h = FrameHeader { kind: FrameKind::Request, opcode, id: 1, aux: 0 };
+            let mut wire = h.encode(body.len()).to_vec();
+            wire.extend_from_slice(&body);
+            let f = read_frame(&mut &wire[..], MAX_FRAME_LEN).unwrap().unwrap();
+            prop_assert_eq!(f.body(), &body[..]);
+            let (buf, start) = f.into_parts();
+            let _ = Request::decode_at(opcode, buf, start);
+        }
+
+        #[test]
+        fn a_body_offset_past_the_buffer_is_an_error(at in 0usize..64, len in 0usize..32) {
+            let r = Request::decode_at(crate::messages::OP_WRITE, vec![0; len], at);
+            if at > len {
+                prop_assert!(r.is_err());
+            }
+        }
+    }
+}

@@ -6,7 +6,7 @@
 //! * `frame`   — the 20-byte frame header and frame reading with a size limit.
 //! * `messages`— every request and reply, with its opcode.
 //! * `conn`    — a client connection: many calls in flight, each with a deadline.
-//! * `sendq`   — a connection's send queue: write-behind frames written by its thread.
+//!   (`conn/sendq` — its send queue: write-behind frames written by a thread of its own.)
 //! * `serve`   — the server side: handshake, dispatch to a worker pool, replies.
 
 // `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
@@ -16,7 +16,6 @@ pub mod codec;
 pub mod conn;
 pub mod frame;
 pub mod messages;
-mod sendq;
 pub mod serve;
 
 pub use codec::{Bulk, Dec, Enc, Wire, WireError};

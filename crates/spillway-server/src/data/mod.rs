@@ -238,11 +238,26 @@ impl DataStore {
         let claimed = claim(&mut self.map(), end).map_err(|_| fs(Errno::ENOSPC))?;
         let n = (claimed.min(end) - u64::from(offset)) as usize;
         let data = &data[..n];
-        let written = self.file(ino, stripe, true).and_then(|f| {
-            let off = u64::from(offset);
-            let done = self.write_direct_part(ino, stripe, off, data)?;
-            f.write_all_at(&data[done..], off + done as u64)
-        });
+        let write = || {
+            self.file(ino, stripe, true).and_then(|f| {
+                let off = u64::from(offset);
+                let done = self.write_direct_part(ino, stripe, off, data)?;
+                f.write_all_at(&data[done..], off + done as u64)
+            })
+        };
+        let mut written = write();
+        if written
+            .as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(libc::ENOSPC))
+        {
+            // A full disk may hold blocks freed a moment ago (a truncate or delete, this
+            // write's own open(O_TRUNC) among them) that the file system hands out
+            // again only once its journal commits: commit, then try once more. The
+            // client may already have told its application this write was stored
+            // (its space grant), so it is worth the wait of one commit.
+            self.commit_frees();
+            written = write();
+        }
         if let Err(e) = written {
             // The reservation may now overstate the stripe: take the file's real length.
             self.resync(ino, stripe);
@@ -252,6 +267,16 @@ impl DataStore {
         self.allocs.mark_stripe(ino, stripe);
         self.note_written(data.len() as u64);
         Ok(data.len() as u32)
+    }
+
+    /// Make the file system under the stripes commit its journal (`syncfs`), so that
+    /// blocks freed by recent truncates and deletes can be allocated again.
+    fn commit_frees(&self) {
+        use std::os::fd::AsRawFd;
+        if let Ok(d) = File::open(&self.dir) {
+            // SAFETY: syncfs on a descriptor this function owns; no memory is passed.
+            unsafe { libc::syncfs(d.as_raw_fd()) };
+        }
     }
 
     /// Set the index entry of a stripe from the file itself, after a failed write.

@@ -1,4 +1,4 @@
-//! The send queue of a connection: request frames handed to a thread of the connection
+//! The send queue of a connection (a part of `conn`): request frames handed to a thread of the connection
 //! that writes them in order, so that the caller goes on while the bytes cross the
 //! socket. Write-behind uses it (`OwnedCall::queue`): a client's FUSE thread copies a
 //! write into its buffer, queues it and answers the kernel at once, and the
@@ -13,7 +13,7 @@
 //! holds the connection weakly and stops when its queue closes (`Conn::fail`) or the
 //! connection is gone.
 
-use crate::conn::{CallError, Conn};
+use super::{CallError, Conn};
 use crate::frame::{write_parts, HEADER_LEN};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::sync::{Arc, Weak};
