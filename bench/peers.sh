@@ -466,9 +466,22 @@ durable_mibs() {
     fio_json "$1" "j['$2']['io_bytes'] / 2**20 / (j['$2']['runtime'] / 1000 + $3)"
 }
 
+# record_stream REP SYSTEM NAME FIO_JSON T0 T1 C0 C1: record a streaming write's MiB/s,
+# its durable MiB/s (with the sync from T0 to T1) and its CPU s/GiB (ticks C0 to C1).
+record_stream() {
+    local rep=$1 sys=$2 name=$3 json=$4 t0=$5 t1=$6 c0=$7 c1=$8 bw dur cpu
+    bw="$(fio_json "$json" 'j["write"]["bw_bytes"] / 2**20')"
+    dur="$(durable_mibs "$json" write "$t1 - $t0")"
+    cpu="$(cpu_per_gib "$sys" "$c0" "$c1" "$SIZE_BYTES")"
+    record result "$rep" "$name" "$sys" "$bw"
+    record result "$rep" "${name}_durable" "$sys" "$dur"
+    [[ "$cpu" == - ]] || record result "$rep" "${name}_cpu" "$sys" "$cpu"
+    info "$sys $name: $(fmt "$bw" 0) MiB/s, durable $(fmt "$dur" 0) MiB/s (sync $(fmt "$(calc "$t1 - $t0")" 2) s), CPU ${cpu:0:5} s/GiB"
+}
+
 # wl_seq REP SYSTEM DIR: seqwrite (MiB/s, durable, CPU) then coldread of the same file.
 wl_seq() {
-    local rep=$1 sys=$2 dir=$3 c0 c1 t0 t1 bw dur cpu
+    local rep=$1 sys=$2 dir=$3 c0 c1 t0 t1 bw
     rm -f "$dir/seq.dat"
     sync
     c0="$(cpu_ticks "$sys")"
@@ -479,13 +492,7 @@ wl_seq() {
     t1=$EPOCHREALTIME
     c1="$(cpu_ticks "$sys")"
     if want seqwrite; then
-        bw="$(fio_json "$STATE/w.json" 'j["write"]["bw_bytes"] / 2**20')"
-        dur="$(durable_mibs "$STATE/w.json" write "$t1 - $t0")"
-        cpu="$(cpu_per_gib "$sys" "$c0" "$c1" "$SIZE_BYTES")"
-        record result "$rep" seqwrite "$sys" "$bw"
-        record result "$rep" seqwrite_durable "$sys" "$dur"
-        [[ "$cpu" == - ]] || record result "$rep" seqwrite_cpu "$sys" "$cpu"
-        info "$sys seqwrite: $(fmt "$bw" 0) MiB/s, durable $(fmt "$dur" 0) MiB/s (sync $(fmt "$(calc "$t1 - $t0")" 2) s), CPU ${cpu:0:5} s/GiB"
+        record_stream "$rep" "$sys" seqwrite "$STATE/w.json" "$t0" "$t1" "$c0" "$c1"
     fi
     if want coldread; then
         drop_caches
@@ -499,7 +506,7 @@ wl_seq() {
 
 # wl_writers4 REP SYSTEM DIR: 4 fio jobs x SIZE/4 (MiB/s, durable, CPU).
 wl_writers4() {
-    local rep=$1 sys=$2 dir=$3 c0 c1 t0 t1 bw dur cpu
+    local rep=$1 sys=$2 dir=$3 c0 c1 t0 t1
     rm -rf "$dir/w4"
     mkdir -p "$dir/w4"
     sync
@@ -510,13 +517,7 @@ wl_writers4() {
     sync
     t1=$EPOCHREALTIME
     c1="$(cpu_ticks "$sys")"
-    bw="$(fio_json "$STATE/w4.json" 'j["write"]["bw_bytes"] / 2**20')"
-    dur="$(durable_mibs "$STATE/w4.json" write "$t1 - $t0")"
-    cpu="$(cpu_per_gib "$sys" "$c0" "$c1" "$SIZE_BYTES")"
-    record result "$rep" writers4 "$sys" "$bw"
-    record result "$rep" writers4_durable "$sys" "$dur"
-    [[ "$cpu" == - ]] || record result "$rep" writers4_cpu "$sys" "$cpu"
-    info "$sys writers4: $(fmt "$bw" 0) MiB/s, durable $(fmt "$dur" 0) MiB/s, CPU ${cpu:0:5} s/GiB"
+    record_stream "$rep" "$sys" writers4 "$STATE/w4.json" "$t0" "$t1" "$c0" "$c1"
     rm -rf "$dir/w4"
 }
 

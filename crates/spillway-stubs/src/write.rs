@@ -86,9 +86,7 @@ impl Instance {
         sync: bool,
         charge: Charge,
     ) -> Result<PendingWrite, Errno> {
-        let (stripe, within) = layout.locate(offset);
-        let ep = self.endpoint(layout.server_of(stripe))?;
-        let req = write_req(ino, stripe, within, sync, charge);
+        let (ep, req) = self.piece(layout, ino, offset, sync, charge)?;
         Ok(PendingWrite(OwnedCall::start(&ep, &req, data)))
     }
 
@@ -103,10 +101,23 @@ impl Instance {
         data: Vec<u8>,
         charge: Charge,
     ) -> Result<PendingWrite, Errno> {
+        let (ep, req) = self.piece(layout, ino, offset, false, charge)?;
+        Ok(PendingWrite(OwnedCall::queue(&ep, &req, data)))
+    }
+
+    /// The endpoint of the server of the stripe `offset` lies in, and the request for
+    /// a piece written there.
+    fn piece(
+        &self,
+        layout: &Layout,
+        ino: InodeNo,
+        offset: u64,
+        sync: bool,
+        charge: Charge,
+    ) -> Result<(std::sync::Arc<spillway_wire::Endpoint>, WriteReq), Errno> {
         let (stripe, within) = layout.locate(offset);
         let ep = self.endpoint(layout.server_of(stripe))?;
-        let req = write_req(ino, stripe, within, false, charge);
-        Ok(PendingWrite(OwnedCall::queue(&ep, &req, data)))
+        Ok((ep, write_req(ino, stripe, within, sync, charge)))
     }
 
     /// Give `bytes` of this client's space grant of session `epoch` on `server` back
