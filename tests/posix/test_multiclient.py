@@ -150,6 +150,36 @@ def test_create_and_unlink_visible_within_attr_timeout(pair):
     assert H.errno_of(os.open, j(b, "new"), os.O_RDONLY) == errno.ENOENT
 
 
+def test_walks_see_the_other_mounts_changes_within_attr_timeout(pair):
+    """A walk on A (READDIRPLUS, listings read ahead) shows names B created, removed
+    and renamed within the attribute timeout: listings read ahead are served only
+    while younger than the entry lifetime."""
+    a, b = pair
+    for i in range(10):
+        os.makedirs(j(a, f"d{i}", "sub"))
+        H.write_file(j(a, f"d{i}", "f"), b"a")
+
+    def names(root):
+        return {os.path.relpath(j(t, n), root) for t, ds, fs in os.walk(root) for n in ds + fs}
+
+    before = names(a)
+    assert H.poll(lambda: names(b) == before, timeout=ATTR_TIMEOUT)
+    for rnd in range(3):
+        names(a)  # A lists, and reads the subdirectories ahead
+        H.write_file(j(b, "d3", f"fromB{rnd}"), b"B")
+        os.rename(j(b, "d7", "f"), j(b, "d7", f"g{rnd}"))
+        os.mkdir(j(b, "d9", "sub", f"x{rnd}"))
+        want = names(b)
+        assert H.poll(lambda: names(a) == want, timeout=ATTR_TIMEOUT), sorted(names(a) ^ want)
+        os.rename(j(b, "d7", f"g{rnd}"), j(b, "d7", "f"))
+    # A listing read ahead and left unused past the entry lifetime is not served: B's
+    # create made after it shows in A's very next listing.
+    os.listdir(a)  # reads d0.. ahead
+    time.sleep(1.5)
+    H.write_file(j(b, "d2", "late"), b"B")
+    assert "late" in os.listdir(j(a, "d2")), "a listing older than the entry lifetime was served"
+
+
 def test_directory_removed_elsewhere_is_gone_within_attr_timeout(pair):
     """The client answers repeated lookups of a subdirectory from what the server said
     within the entry lifetime (the kernel forces one on every mkdir of an existing

@@ -125,6 +125,99 @@ def test_readdir_20000_entries(fs_root):
     assert sorted(listed) == sorted(names[1::2])
 
 
+def _tree(root, dirs=12, files=3):
+    """root/dNN/fK (K bytes each) and root/dNN/sub: a directory of subdirectories, as a
+    walk (find, du, rm -r) meets them."""
+    os.mkdir(root)
+    for i in range(dirs):
+        d = p(root, f"d{i:02d}")
+        os.mkdir(d)
+        os.mkdir(p(d, "sub"))
+        for k in range(files):
+            H.write_file(p(d, f"f{k}"), b"x" * k)
+
+
+def _walk(root):
+    """{relative path: (kind bits, mode, size)} as os.walk and lstat see them."""
+    seen = {}
+    for top, dirs, files in os.walk(root):
+        for n in dirs + files:
+            st = os.lstat(p(top, n))
+            seen[os.path.relpath(p(top, n), root)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size)
+    return seen
+
+
+def test_walk_lists_what_is_there(fs_root):
+    """READDIRPLUS and the listings read ahead of a walk (client dirahead.rs) give the
+    same names, kinds, modes and sizes as asking each name."""
+    root = p(fs_root, "walked")
+    _tree(root)
+    want = {}
+    for i in range(12):
+        want[f"d{i:02d}"] = (stat.S_IFDIR, 0o777 & ~_umask(), 0)
+        want[f"d{i:02d}/sub"] = (stat.S_IFDIR, 0o777 & ~_umask(), 0)
+        for k in range(3):
+            want[f"d{i:02d}/f{k}"] = (stat.S_IFREG, 0o644 & ~_umask(), k)
+    for _ in range(3):
+        got = _walk(root)
+        # Directory sizes are the file system's own business.
+        got = {k: (t, m, 0 if t == stat.S_IFDIR else sz) for k, (t, m, sz) in got.items()}
+        assert got == want
+
+
+def _umask():
+    u = os.umask(0)
+    os.umask(u)
+    return u
+
+
+def test_changes_through_the_mount_show_at_once_in_a_walk(fs_root):
+    """A listing read ahead of a walk is never served after a change made through this
+    mount: names created, removed and renamed, and attributes changed (mode, size by
+    truncate and by write) right after the parent was listed show in the very next
+    listing and lstat, every time."""
+    root = p(fs_root, "changing")
+    _tree(root)
+    for rnd in range(6):
+        os.listdir(root)  # reads d00.. ahead
+        d = [p(root, f"d{i:02d}") for i in range(12)]
+        H.write_file(p(d[0], f"new{rnd}"), b"n")
+        os.unlink(p(d[1], "f0"))
+        H.write_file(p(d[1], "f0"), b"again")
+        os.chmod(p(d[2], "f1"), 0o600 if rnd % 2 == 0 else 0o640)
+        os.truncate(p(d[3], "f2"), 1000 + rnd)
+        os.rename(p(d[4], "f1"), p(d[4], f"moved{rnd}"))
+        os.mkdir(p(d[5], f"dir{rnd}"))
+        with open(p(d[6], "f2"), "ab") as f:
+            f.write(b"y" * 4096)
+        got = _walk(root)
+        assert f"d00/new{rnd}" in got
+        assert got["d01/f0"][2] == 5
+        assert got["d02/f1"][1] == (0o600 if rnd % 2 == 0 else 0o640)
+        assert got["d03/f2"][2] == 1000 + rnd
+        assert f"d04/moved{rnd}" in got and "d04/f1" not in got
+        assert got[f"d05/dir{rnd}"][0] == stat.S_IFDIR
+        assert got["d06/f2"][2] == 2 + 4096 * (rnd + 1)
+        # Put d04 back for the next round.
+        os.rename(p(d[4], f"moved{rnd}"), p(d[4], "f1"))
+
+
+def test_scandir_right_after_a_truncate_shows_the_new_size(fs_root):
+    """READDIRPLUS hands the kernel attributes: those of a listing read before a
+    truncate must never overwrite what the truncate set (st_size from lstat after
+    scandir)."""
+    root = p(fs_root, "scan")
+    _tree(root, dirs=8)
+    for rnd in range(5):
+        os.listdir(root)
+        for i in range(8):
+            os.truncate(p(root, f"d{i:02d}", "f2"), 100 * (rnd + 1) + i)
+        for i in range(8):
+            with os.scandir(p(root, f"d{i:02d}")) as it:
+                sizes = {e.name: e.stat(follow_symlinks=False).st_size for e in it}
+            assert sizes["f2"] == 100 * (rnd + 1) + i
+
+
 # =========================================================================== rename
 
 

@@ -15,7 +15,8 @@
 //! * `lookup`   — LOOKUP, GETATTR, the name checks.
 //! * `attrs`    — SETATTR.
 //! * `xattrs`   — extended attributes, the virtual `user.spillway.*` ones, ACLs.
-//! * `dirs`     — mknod, mkdir, symlink, link, unlink, rmdir, readdir.
+//! * `dirs`     — mknod, mkdir, symlink, link, unlink, rmdir, readdir(plus); the
+//!   listings read ahead of a walk are dirahead.rs's.
 //! * `rename`   — RENAME (also across servers).
 //! * `files`    — create, open, flush, fsync, release.
 //! * `existing` — an O_CREAT open of a name another client made meanwhile.
@@ -23,6 +24,7 @@
 //! * `sparse`   — fallocate and SEEK_DATA/SEEK_HOLE.
 
 use crate::control::Control;
+use crate::dirahead::DirAhead;
 use crate::grants::Grants;
 use crate::inval::invalidator;
 use crate::locks::Locks;
@@ -32,9 +34,9 @@ use crate::writeback::Invalidate;
 use attrs::AttrChanges;
 use fuser::{
     FileHandle, Filesystem, FopenFlags, INodeNo, IoctlFlags, KernelConfig, LockOwner, Notifier,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lookup::gone;
 use spillway_stubs::Instance;
@@ -79,6 +81,8 @@ pub struct SpillwayFs {
     grants: Arc<Grants>,
     /// Drops the kernel's cache of a file whose written-behind bytes were lost.
     lost: Invalidate,
+    /// Subdirectories' listings read ahead of a walk (dirahead.rs).
+    ahead: Arc<DirAhead>,
 }
 
 /// Read-only virtual attribute describing a file's placement (for `spillway stripes`).
@@ -100,7 +104,15 @@ impl SpillwayFs {
         control: Arc<Control>,
         root: MountRoot,
     ) -> SpillwayFs {
+        let lister = inst.clone();
+        let page = tun.readdir_page;
+        let ahead = DirAhead::start(
+            Box::new(move |d| lister.read_dir(d, page, true)),
+            tun.entry_ttl.min(tun.attr_ttl),
+            tun.readdir_ahead,
+        );
         SpillwayFs {
+            ahead,
             grants: Grants::new(inst.clone(), &tun),
             locks: Locks::new(inst.clone()),
             lost: invalidator(notifier.clone(), root.clone()),
@@ -113,6 +125,14 @@ impl SpillwayFs {
             root,
             acl: false,
         }
+    }
+
+    /// An operation that changed (or may have changed) names, attributes or data
+    /// through this mount has its outcome: no directory listing read ahead before now
+    /// is served (dirahead.rs). Called after the change, whatever its outcome.
+    fn changing<T>(&self, r: T) -> T {
+        self.ahead.changed();
+        r
     }
 
     /// The instance's inode for a node number the kernel sent (root.rs).
@@ -133,6 +153,7 @@ impl Filesystem for SpillwayFs {
 
     fn destroy(&mut self) {
         self.locks.stop();
+        self.ahead.stop();
         self.flush_all();
     }
 
@@ -175,7 +196,7 @@ impl Filesystem for SpillwayFs {
             mtime,
             ctime,
         };
-        let r = self.do_setattr(self.ino(i), changes.request(self.ino(i)));
+        let r = self.changing(self.do_setattr(self.ino(i), changes.request(self.ino(i))));
         self.reply_attr(reply, r.map_err(gone));
     }
 
@@ -193,7 +214,7 @@ impl Filesystem for SpillwayFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.do_mknod(req, self.ino(parent), name, mode, umask, rdev);
+        let r = self.changing(self.do_mknod(req, self.ino(parent), name, mode, umask, rdev));
         self.reply_entry(reply, r);
     }
 
@@ -206,20 +227,18 @@ impl Filesystem for SpillwayFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(
-            reply,
-            self.do_mkdir(req, self.ino(parent), name, mode, umask),
-        );
+        let r = self.changing(self.do_mkdir(req, self.ino(parent), name, mode, umask));
+        self.reply_entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.do_unlink(self.ino(parent), name);
+        let r = self.changing(self.do_unlink(self.ino(parent), name));
         self.t.forget_entry(self.ino(parent), name.as_bytes());
         Self::empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.do_rmdir(self.ino(parent), name);
+        let r = self.changing(self.do_rmdir(self.ino(parent), name));
         self.t.forget_entry(self.ino(parent), name.as_bytes());
         Self::empty(reply, r);
     }
@@ -232,7 +251,7 @@ impl Filesystem for SpillwayFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = self.do_symlink(req, self.ino(parent), link_name, target);
+        let r = self.changing(self.do_symlink(req, self.ino(parent), link_name, target));
         self.reply_entry(reply, r);
     }
 
@@ -247,7 +266,8 @@ impl Filesystem for SpillwayFs {
         reply: ReplyEmpty,
     ) {
         let (op, np) = (self.ino(parent), self.ino(newparent));
-        Self::empty(reply, self.do_rename(op, name, np, newname, flags));
+        let r = self.changing(self.do_rename(op, name, np, newname, flags));
+        Self::empty(reply, r);
     }
 
     fn link(
@@ -258,12 +278,17 @@ impl Filesystem for SpillwayFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self.do_link(self.ino(i), self.ino(newparent), newname);
+        let r = self.changing(self.do_link(self.ino(i), self.ino(newparent), newname));
         self.reply_entry(reply, r);
     }
 
     fn open(&self, _req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        Self::opened(reply, self.open_file(self.ino(i), flags.0 as u32, None));
+        let r = self.open_file(self.ino(i), flags.0 as u32, None);
+        // An open for writing may truncate; one for reading changes nothing.
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+            self.ahead.changed();
+        }
+        Self::opened(reply, r);
     }
 
     fn read(
@@ -292,7 +317,8 @@ impl Filesystem for SpillwayFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        Self::written(reply, self.do_write(self.ino(i), offset, data));
+        let r = self.changing(self.do_write(self.ino(i), offset, data));
+        Self::written(reply, r);
     }
 
     fn flush(
@@ -303,7 +329,8 @@ impl Filesystem for SpillwayFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        Self::empty(reply, self.do_flush(self.ino(i), lock_owner.0));
+        let r = self.changing(self.do_flush(self.ino(i), lock_owner.0));
+        Self::empty(reply, r);
     }
 
     fn release(
@@ -319,7 +346,8 @@ impl Filesystem for SpillwayFs {
         // The open file description's flocks and OFD locks (locks.rs).
         self.locks
             .release(self.ino(i), fh.0, lock_owner.map(|o| o.0));
-        Self::empty(reply, self.do_release(fh.0));
+        let r = self.changing(self.do_release(fh.0));
+        Self::empty(reply, r);
     }
 
     fn getlk(
@@ -363,7 +391,8 @@ impl Filesystem for SpillwayFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(reply, self.do_fsync(self.ino(i)));
+        let r = self.changing(self.do_fsync(self.ino(i)));
+        Self::empty(reply, r);
     }
 
     fn opendir(&self, _req: &Request, _i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -380,6 +409,18 @@ impl Filesystem for SpillwayFs {
     ) {
         let r = self.do_readdir(i, fh.0, offset, &mut reply);
         Self::listed(reply, r);
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let r = self.do_readdirplus(i, fh.0, offset, &mut reply);
+        Self::listed_plus(reply, r);
     }
 
     fn releasedir(
@@ -419,7 +460,7 @@ impl Filesystem for SpillwayFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let r = self.do_setxattr(req, self.ino(i), name.as_bytes(), value, flags);
+        let r = self.changing(self.do_setxattr(req, self.ino(i), name.as_bytes(), value, flags));
         Self::empty(reply, r);
     }
 
@@ -433,7 +474,8 @@ impl Filesystem for SpillwayFs {
     }
 
     fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.do_removexattr(self.ino(i), name.as_bytes()));
+        let r = self.changing(self.do_removexattr(self.ino(i), name.as_bytes()));
+        Self::empty(reply, r);
     }
 
     /// libdatawarp's control channel (control.rs): the caller's uid is the kernel's.
@@ -448,6 +490,8 @@ impl Filesystem for SpillwayFs {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
+        // A stage it starts changes names as another client's would; counted anyway.
+        self.ahead.changed();
         self.control
             .ioctl(req.uid(), self.ino(i), cmd, in_data, out_size, reply);
     }
@@ -462,7 +506,7 @@ impl Filesystem for SpillwayFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let r = self.do_fallocate(self.ino(i), offset, length, mode);
+        let r = self.changing(self.do_fallocate(self.ino(i), offset, length, mode));
         Self::empty(reply, r.map(|_| ()));
     }
 
@@ -488,7 +532,7 @@ impl Filesystem for SpillwayFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.do_create(req, self.ino(parent), name, mode, umask, flags);
+        let r = self.changing(self.do_create(req, self.ino(parent), name, mode, umask, flags));
         self.reply_create(reply, r);
     }
 }

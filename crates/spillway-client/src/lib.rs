@@ -9,6 +9,7 @@
 //!   sent through the write stubs (`spillway_stubs::write`).
 //! * `grants`   — the space each server promised this client (write-behind needs it).
 //! * `inval`    — dropping the kernel's cache of a file whose written-behind bytes were lost.
+//! * `dirahead` — listing subdirectories ahead of a walk (`find`, `du`, `rm -r`).
 //! * `fs`       — the FUSE operations, each mapped onto the stubs (`fs/existing.rs`:
 //!   an O_CREAT open of a name another client made meanwhile).
 //! * `locks`    — fcntl, OFD and flock locks held at the inodes' homes.
@@ -26,6 +27,7 @@
 pub mod acl;
 mod caller;
 pub mod control;
+mod dirahead;
 pub mod fs;
 pub mod grants;
 mod inval;

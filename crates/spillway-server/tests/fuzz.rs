@@ -128,6 +128,7 @@ fn samples(ino: InodeNo) -> Vec<(u16, Vec<u8>)> {
             dir: ROOT,
             after: vec![],
             max: 100,
+            plus: true,
         }),
         req(OpenReq { ino, flags: 0 }),
         req(ReleaseReq { ino }),

@@ -68,6 +68,7 @@ fn creates_spread_and_readdir_paginates() {
             dir: InodeNo(987654),
             after: vec![],
             max: 10,
+            plus: false,
         })
         .unwrap();
     assert!(empty_page.entries.is_empty() && !empty_page.more);

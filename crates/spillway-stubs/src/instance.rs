@@ -275,8 +275,12 @@ impl Instance {
     }
 
     /// Every entry of a directory: its entries are spread over all servers, so ask
-    /// each (in parallel), page by page.
-    pub fn read_dir(&self, dir: InodeNo, page: u32) -> Result<Vec<DirEntry>, Errno> {
+    /// each (in parallel), page by page. With `plus`, every entry also carries its
+    /// inode's attributes (READDIRPLUS): a server sends those of the inodes it homes,
+    /// which is nearly all of its entries as an inode is made where its first name
+    /// lives; the rest (renamed or linked in from another server) are asked of their
+    /// homes, in parallel. An entry whose inode vanished meanwhile stays without.
+    pub fn read_dir(&self, dir: InodeNo, page: u32, plus: bool) -> Result<Vec<DirEntry>, Errno> {
         let mut out = Vec::new();
         let mut cursors: Vec<Option<Vec<u8>>> = vec![Some(Vec::new()); self.servers.len()];
         while cursors.iter().any(Option::is_some) {
@@ -291,6 +295,7 @@ impl Instance {
                                 dir,
                                 after: after.clone(),
                                 max: page,
+                                plus,
                             },
                             &[],
                         )
@@ -308,7 +313,32 @@ impl Instance {
                 out.extend(r.entries);
             }
         }
+        if plus {
+            self.attach_missing_attrs(&mut out);
+        }
         Ok(out)
+    }
+
+    /// The attributes of listed entries whose server was not their inode's home, a
+    /// bounded number of calls in flight at once.
+    fn attach_missing_attrs(&self, entries: &mut [DirEntry]) {
+        const IN_FLIGHT: usize = 128;
+        let missing: Vec<usize> = (0..entries.len())
+            .filter(|&i| entries[i].attr.is_none())
+            .collect();
+        for batch in missing.chunks(IN_FLIGHT) {
+            let calls: Vec<_> = batch
+                .iter()
+                .filter_map(|&i| {
+                    let ino = entries[i].entry.ino;
+                    let home = self.home(ino).ok()?;
+                    Some((i, home.start(&GetAttrReq { ino }, &[])))
+                })
+                .collect();
+            for (i, call) in calls {
+                entries[i].attr = call.wait().ok().map(|r| r.attr);
+            }
+        }
     }
 
     pub fn open(&self, ino: InodeNo, flags: u32) -> Result<Attr, Errno> {

@@ -76,6 +76,15 @@ pub struct Tunables {
     pub max_readahead: u32,
     /// Entries per readdir RPC page.
     pub readdir_page: u32,
+    /// Clients: answer directory listings with each entry's attributes (FUSE
+    /// READDIRPLUS), so that `find`, `ls -l` and `du` cost one round trip per
+    /// directory instead of one more per name (`readdirplus = off` to compare).
+    pub readdir_plus: bool,
+    /// Clients: subdirectories of a listed directory whose listings are read ahead
+    /// of a walk, a window kept ahead as the walk goes (0: none). A listing read
+    /// ahead is served only while younger than the entry lifetime and only if
+    /// nothing changed through the mount since (docs/data-plane.md, "Listings").
+    pub readdir_ahead: usize,
     /// munged's socket, for the manager's admin credential to servers (None: libmunge's
     /// default, /run/munge/munge.socket.2).
     pub munge_socket: Option<std::path::PathBuf>,
@@ -118,6 +127,8 @@ impl Default for Tunables {
             max_write: 1 << 20,
             max_readahead: 4 << 20,
             readdir_page: 1024,
+            readdir_plus: true,
+            readdir_ahead: 8,
             munge_socket: None,
             stage_range: 256 << 20,
             stage_ranges_in_flight: 2,
@@ -176,6 +187,19 @@ impl Tunables {
                 "max_write" => self.max_write = num()?.clamp(4096, 1 << 20) as u32,
                 "max_readahead" => self.max_readahead = num()?.clamp(4096, 64 << 20) as u32,
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,
+                "readdirplus" => {
+                    self.readdir_plus = match v {
+                        "on" => true,
+                        "off" => false,
+                        _ => {
+                            return Err(format!(
+                                "line {}: readdirplus: `on` or `off`, not {v}",
+                                n + 1
+                            ))
+                        }
+                    }
+                }
+                "readdir_ahead" => self.readdir_ahead = (num()? as usize).min(256),
                 "munge_socket" => self.munge_socket = Some(std::path::PathBuf::from(v)),
                 "stage_range" => self.stage_range = num()?.clamp(1 << 20, 16 << 30),
                 "stage_ranges_in_flight" => {
@@ -258,6 +282,10 @@ mod tests {
         assert!(t.cluster_locks);
         t.apply_text("locks = node").unwrap();
         assert!(!t.cluster_locks);
+        assert!(t.readdir_plus);
+        t.apply_text("readdirplus = off").unwrap();
+        assert!(!t.readdir_plus);
+        assert!(t.apply_text("readdirplus = no").is_err());
         t.apply_text("locks = cluster").unwrap();
         assert!(t.cluster_locks);
         assert!(t.apply_text("locks = yes").unwrap_err().contains("line 1"));

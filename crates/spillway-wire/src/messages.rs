@@ -322,8 +322,20 @@ wire_struct!(TouchDirReq {
 });
 wire_struct!(SealDirReq { ino: InodeNo });
 wire_struct!(UnsealDirReq { ino: InodeNo });
-wire_struct!(ReadDirReq { dir: InodeNo, after: Vec<u8>, max: u32 });
-wire_struct!(DirEntry { name: Vec<u8>, entry: EntryRef });
+wire_struct!(ReadDirReq {
+    dir: InodeNo,
+    after: Vec<u8>,
+    max: u32,
+    /// Also the attributes of the entries whose inode this server homes (READDIRPLUS:
+    /// a listing that costs no LOOKUP or GETATTR per entry afterwards).
+    plus: bool,
+});
+wire_struct!(DirEntry {
+    name: Vec<u8>,
+    entry: EntryRef,
+    /// The inode's attributes: asked for (`plus`) and this server is its home.
+    attr: Option<Attr>,
+});
 wire_struct!(ReadDirReply { entries: Vec<DirEntry>, more: bool });
 wire_struct!(OpenReq {
     ino: InodeNo,

@@ -6,7 +6,7 @@ use super::lookup::check_name;
 use super::reply::file_type;
 use super::{SpillwayFs, R};
 use crate::acl;
-use fuser::{FileType, INodeNo, ReplyDirectory, Request};
+use fuser::{FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus, Request};
 use spillway_types::tunables::MAX_SYMLINK_LEN;
 use spillway_types::{Attr, Errno, FileKind, InodeNo};
 use spillway_wire::messages::{want, CreateReq, EntryRef};
@@ -219,11 +219,7 @@ impl SpillwayFs {
         offset: u64,
         reply: &mut ReplyDirectory,
     ) -> R<()> {
-        if offset == 0 {
-            // The first call, or a rewind: list what is there now.
-            let entries = self.inst.read_dir(self.ino(i), self.tun.readdir_page)?;
-            self.t.dirs().insert(fh, entries);
-        }
+        self.list_if_first(i, fh, offset, false)?;
         let dirs = self.t.dirs();
         let entries = dirs.get(&fh).ok_or(Errno::EBADF)?;
         // `..` carries the directory's own number: the kernel resolves `..` itself,
@@ -248,6 +244,81 @@ impl SpillwayFs {
                 break;
             }
             pos += 1;
+        }
+        Ok(())
+    }
+
+    /// READDIRPLUS: as `do_readdir`, each entry with its attributes, so that the
+    /// kernel makes the dentries and inodes at once and a walk (`find`, `ls -l`,
+    /// `du`) costs no LOOKUP or GETATTR per entry. Each entry added counts a kernel
+    /// reference, as a LOOKUP reply does (`.` and `..` do not: the kernel links
+    /// neither). An entry whose inode vanished since the listing is left out.
+    pub(super) fn do_readdirplus(
+        &self,
+        i: INodeNo,
+        fh: u64,
+        offset: u64,
+        reply: &mut ReplyDirectoryPlus,
+    ) -> R<()> {
+        self.list_if_first(i, fh, offset, true)?;
+        let ttl = self.tun.entry_ttl.min(self.tun.attr_ttl);
+        let mut pos = offset;
+        if pos < 2 {
+            // `..` carries the directory's own number and attributes, as in READDIR.
+            let mut own = self.fuse_attr(&self.dir_attr(self.ino(i))?);
+            own.ino = i;
+            while pos < 2 {
+                let name = if pos == 0 { "." } else { ".." };
+                if reply.add(i, pos + 1, name, &ttl, &own, Generation(0)) {
+                    return Ok(());
+                }
+                pos += 1;
+            }
+        }
+        // Entries listed without attributes (a plain READDIR began this listing) are
+        // asked of their homes one by one.
+        let n = self.t.dirs().get(&fh).ok_or(Errno::EBADF)?.len() as u64;
+        while pos < n + 2 {
+            let e = {
+                let dirs = self.t.dirs();
+                let entries = dirs.get(&fh).ok_or(Errno::EBADF)?;
+                entries[(pos - 2) as usize].clone()
+            };
+            let attr = match e.attr {
+                Some(a) => Some(a),
+                None => self.inst.getattr(e.entry.ino).ok(),
+            };
+            if let Some(a) = attr {
+                let fa = self.fuse_attr(&a);
+                if reply.add(
+                    fa.ino,
+                    pos + 1,
+                    OsStr::from_bytes(&e.name),
+                    &ttl,
+                    &fa,
+                    Generation(0),
+                ) {
+                    break;
+                }
+                self.t.remember(&a, true);
+            }
+            pos += 1;
+        }
+        Ok(())
+    }
+
+    /// At offset 0 (the first call, or a rewind) list what is there now into the
+    /// handle `fh`, with attributes for READDIRPLUS: read ahead of this walk if it
+    /// was (dirahead.rs), else from the servers; then read its subdirectories ahead.
+    fn list_if_first(&self, i: INodeNo, fh: u64, offset: u64, plus: bool) -> R<()> {
+        if offset == 0 {
+            let dir = self.ino(i);
+            let entries = match self.ahead.take(dir) {
+                Some(e) => e,
+                None => self.inst.read_dir(dir, self.tun.readdir_page, plus)?,
+            };
+            self.ahead.listed(dir, &entries);
+            self.t.dirs().insert(fh, entries);
         }
         Ok(())
     }

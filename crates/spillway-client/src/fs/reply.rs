@@ -7,8 +7,8 @@ use super::lookup::Fresh;
 use super::{SpillwayFs, R};
 use fuser::{
     FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr,
 };
 use spillway_types::tunables::MAX_NAME_LEN;
 use spillway_types::{Attr, Errno, FileKind};
@@ -59,7 +59,15 @@ impl SpillwayFs {
             uid: a.uid,
             gid: a.gid,
             rdev: a.rdev,
-            blksize: a.stripe_size.min(1 << 20),
+            // A file's stripe is its best I/O size. A directory's is glibc's
+            // opendir buffer (st_blksize, up to 1 MiB), and the kernel allocates and
+            // maps a buffer of that size for every getdents: 4 KiB, as ext4 says,
+            // keeps a walk from spending its time in the page allocator.
+            blksize: if a.kind == FileKind::Regular {
+                a.stripe_size.min(1 << 20)
+            } else {
+                4096
+            },
             flags: 0,
         }
     }
@@ -169,6 +177,14 @@ impl SpillwayFs {
 
     /// A READDIR whose entries `do_readdir` added to the reply.
     pub(super) fn listed(reply: ReplyDirectory, r: R<()>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    /// A READDIRPLUS whose entries `do_readdirplus` added to the reply.
+    pub(super) fn listed_plus(reply: ReplyDirectoryPlus, r: R<()>) {
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),

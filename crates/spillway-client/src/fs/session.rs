@@ -36,6 +36,15 @@ impl SpillwayFs {
             Ok(()) => self.acl = true,
             Err(missing) => tracing::warn!("kernel lacks {missing:?}: POSIX ACLs refused"),
         }
+        // READDIRPLUS (fs/dirs.rs): listings carry attributes, so a walk costs no
+        // LOOKUP per name. AUTO lets the kernel fall back to plain READDIR for the
+        // rest of a large directory when nothing looks the names up.
+        if self.tun.readdir_plus {
+            let plus = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+            if let Err(missing) = config.add_capabilities(plus) {
+                tracing::warn!("kernel lacks {missing:?}: listings without attributes");
+            }
+        }
         let _ = config.set_max_write(self.tun.max_write);
         let _ = config.set_max_readahead(self.tun.max_readahead);
         let _ = config.set_max_background(64);

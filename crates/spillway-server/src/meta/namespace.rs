@@ -173,14 +173,38 @@ impl MetaStore {
         })
     }
 
-    pub(crate) fn read_dir(&self, dir: InodeNo, after: &[u8], max: u32) -> StoreResult<DirPage> {
+    /// One page of `dir`'s entries after the name `after`. With `plus` (this
+    /// server's index) also the attributes of the entries whose inode is homed here,
+    /// read in the same snapshot as the entries; the others the client asks their
+    /// homes for.
+    pub(crate) fn read_dir(
+        &self,
+        dir: InodeNo,
+        after: &[u8],
+        max: u32,
+        plus: Option<ServerIndex>,
+    ) -> StoreResult<DirPage> {
         let max = max.min(MAX_READDIR_PAGE);
         self.with(|c| {
             // One row more than asked tells whether another page follows.
             let mut entries = rows::list_entries(c, dir, after, max + 1)?;
             let more = entries.len() > max as usize;
             entries.truncate(max as usize);
-            Ok(DirPage { entries, more })
+            let mut attrs = Vec::new();
+            if let Some(here) = plus {
+                for e in &entries {
+                    attrs.push(if e.entry.ino.home() == here {
+                        rows::get_inode(c, e.entry.ino)?
+                    } else {
+                        None
+                    });
+                }
+            }
+            Ok(DirPage {
+                entries,
+                attrs,
+                more,
+            })
         })
     }
 

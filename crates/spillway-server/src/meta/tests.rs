@@ -274,8 +274,9 @@ fn readdir_pages_in_byte_order() {
     let mut after = Vec::new();
     let mut seen = Vec::new();
     loop {
-        let page = m.read_dir(ROOT_INODE, &after, 10).unwrap();
+        let page = m.read_dir(ROOT_INODE, &after, 10, None).unwrap();
         assert!(page.entries.len() <= 10);
+        assert!(page.attrs.is_empty(), "no attributes unless asked");
         seen.extend(page.entries.iter().map(|e| e.name.clone()));
         match page.entries.last() {
             Some(last) if page.more => after = last.name.clone(),
@@ -284,8 +285,33 @@ fn readdir_pages_in_byte_order() {
     }
     let want: Vec<Vec<u8>> = (0..25).map(|i| format!("n{i:03}").into_bytes()).collect();
     assert_eq!(seen, want);
-    let empty = m.read_dir(ROOT_INODE, b"", 0).unwrap();
+    let empty = m.read_dir(ROOT_INODE, b"", 0, None).unwrap();
     assert!(empty.entries.is_empty() && empty.more);
+}
+
+/// READDIRPLUS: each entry comes with its inode's attributes when this server homes
+/// it, and without when another server does (an entry renamed or linked here).
+#[test]
+fn read_dir_plus_attaches_attributes_of_inodes_homed_here() {
+    let (_d, m) = store();
+    let f = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
+    let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
+    let away = Entry {
+        ino: InodeNo::compose(ServerIndex(1), 5),
+        kind: FileKind::Regular,
+    };
+    m.insert_entry(ROOT_INODE, b"g", &away, false).unwrap();
+    let page = m
+        .read_dir(ROOT_INODE, b"", 10, Some(ServerIndex(0)))
+        .unwrap();
+    let names: Vec<&[u8]> = page.entries.iter().map(|e| e.name.as_slice()).collect();
+    assert_eq!(names, [b"d".as_slice(), b"f", b"g"]);
+    assert_eq!(page.attrs, vec![Some(d), Some(f), None]);
+    // Asked as another server, none of them is homed there.
+    let page = m
+        .read_dir(ROOT_INODE, b"", 10, Some(ServerIndex(1)))
+        .unwrap();
+    assert_eq!(page.attrs, vec![None, None, None]);
 }
 
 #[test]

@@ -29,10 +29,13 @@ pub struct Found {
     pub attr: Option<Attr>,
 }
 
-/// One page of a directory listing; `more` when another page follows.
+/// One page of a directory listing; `more` when another page follows. `attrs` is
+/// parallel to `entries` when the page was asked with attributes (READDIRPLUS): each
+/// entry's inode attributes if this server homes it; empty otherwise.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirPage {
     pub entries: Vec<NamedEntry>,
+    pub attrs: Vec<Option<Attr>>,
     pub more: bool,
 }
 

@@ -155,6 +155,7 @@ impl From<Renamed> for RenameReply {
 
 impl From<DirPage> for ReadDirReply {
     fn from(p: DirPage) -> ReadDirReply {
+        let mut attrs = p.attrs.into_iter();
         ReadDirReply {
             entries: p
                 .entries
@@ -162,6 +163,7 @@ impl From<DirPage> for ReadDirReply {
                 .map(|NamedEntry { name, entry }| DirEntry {
                     name,
                     entry: entry.into(),
+                    attr: attrs.next().flatten(),
                 })
                 .collect(),
             more: p.more,

@@ -70,9 +70,12 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
         Request::TouchDirReq(r) => attr(f.meta.touch_dir(r.ino, r.nlink_delta)?),
         Request::SealDirReq(r) => f.meta.seal_dir(r.ino).map(|()| empty())?,
         Request::UnsealDirReq(r) => f.meta.unseal_dir(r.ino).map(|()| empty())?,
-        Request::ReadDirReq(r) => Reply::of(&ReadDirReply::from(
-            f.meta.read_dir(r.dir, &r.after, r.max)?,
-        )),
+        Request::ReadDirReq(r) => Reply::of(&ReadDirReply::from(f.meta.read_dir(
+            r.dir,
+            &r.after,
+            r.max,
+            r.plus.then(|| f.index()),
+        )?)),
         Request::OpenReq(r) => attr(s.open(r.ino)?),
         Request::ReleaseReq(r) => {
             s.release(r.ino);

@@ -407,9 +407,18 @@ impl Cluster {
                         dir,
                         after: after.clone(),
                         max: page,
+                        plus: true,
                     })
                     .expect("readdir");
                 assert!(r.entries.len() <= page as usize);
+                // READDIRPLUS: attributes come only for the inodes this server homes,
+                // and they are that inode's.
+                for e in &r.entries {
+                    if let Some(a) = &e.attr {
+                        assert_eq!(a.ino, e.entry.ino, "attributes of another inode");
+                        assert_eq!(a.kind, e.entry.kind);
+                    }
+                }
                 names.extend(r.entries.iter().map(|e| e.name.clone()));
                 match r.entries.last() {
                     Some(last) if r.more => after = last.name.clone(),

@@ -168,7 +168,7 @@ impl Ctx<'_> {
             )?;
             let mut entries = self
                 .inst
-                .read_dir(dir.ino, self.t.readdir_page)
+                .read_dir(dir.ino, self.t.readdir_page, true)
                 .map_err(|e| ns::errno_failure(e, &shown, "readdir"))?;
             entries.sort_by(|a, b| a.name.cmp(&b.name));
             let mut subdirs = Vec::new();
@@ -182,10 +182,15 @@ impl Ctx<'_> {
                 let (s, d) = (join(src, &child), join(dst, &child));
                 match e.entry.kind {
                     FileKind::Directory => {
-                        let a = self
-                            .inst
-                            .getattr(e.entry.ino)
-                            .map_err(|er| ns::errno_failure(er, &s, "getattr"))?;
+                        // Listed with its attributes (one round trip per directory,
+                        // not one per subdirectory); asked again only if it vanished.
+                        let a = match e.attr {
+                            Some(a) => a,
+                            None => self
+                                .inst
+                                .getattr(e.entry.ino)
+                                .map_err(|er| ns::errno_failure(er, &s, "getattr"))?,
+                        };
                         out.push(Item::Dir {
                             dst: d,
                             mode: a.mode,
