@@ -218,6 +218,27 @@ def test_scandir_right_after_a_truncate_shows_the_new_size(fs_root):
             assert sizes["f2"] == 100 * (rnd + 1) + i
 
 
+def test_a_listing_read_ahead_reaches_only_those_the_kernel_lets_list(fs_root, user):
+    """Attack: an unprivileged user lists a directory whose subdirectories belong to
+    root with mode 0700, so that the client (root) reads their listings ahead; the
+    user's own listing of one of them must still fail with EACCES, and a walk as the
+    user must not name what is inside."""
+    root = p(fs_root, "guarded")
+    os.mkdir(root)
+    os.chmod(root, 0o755)
+    for i in range(6):
+        d = p(root, f"private{i}")
+        os.mkdir(d)
+        H.write_file(p(d, "secret-name"), b"s")
+        os.chmod(d, 0o700)
+    for _ in range(3):
+        assert sorted(user.run(os.listdir, root)) == [f"private{i}" for i in range(6)]
+        for i in range(6):
+            assert user.errno(os.listdir, p(root, f"private{i}")) == errno.EACCES
+        walked = user.run(lambda: [n for _, ds, fs in os.walk(root) for n in ds + fs])
+        assert "secret-name" not in walked
+
+
 # =========================================================================== rename
 
 
