@@ -61,33 +61,36 @@ cpu_per_gib() {
     fi
 }
 
+# timed_write DIR SIZE JOBS: one write run after a sync; sets BW (MiB/s) and CPU (s/GiB).
+timed_write() {
+    local c0 c1
+    sync
+    c0="$(cpu_ticks)"
+    fio_seq write "$1" "$2" "$3" "$JSON/w.json"
+    c1="$(cpu_ticks)"
+    BW="$(fio_json "$JSON/w.json" 'j["write"]["bw_bytes"] / 2**20')"
+    CPU="$(cpu_per_gib "$c0" "$c1")"
+}
+
 # spread N...: (max - min) / median, in percent.
 spread() { "$PY" -c 'import sys, statistics as s; v=[float(x) for x in sys.argv[1:]]; print(f"{(max(v)-min(v))/s.median(v)*100:.0f}")' "$@"; }
 
 # measure LABEL DIR: warm-up, then BENCH_REPS x (write, drop caches, read, 4 writers);
 # sets W_MED R_MED W4_MED and prints spreads and CPU.
 measure() {
-    local label=$1 dir=$2 w=() r=() w4=() cw=() cw4=() rep c0 c1
+    local label=$1 dir=$2 w=() r=() w4=() cw=() cw4=() rep
     info "$label: warm-up write of $WARMUP_SIZE (discarded)"
     fio_seq write "$dir" "$WARMUP_SIZE" 1 "$JSON/warmup.json"
     rm -f "$dir"/seq.*
     for ((rep = 1; rep <= BENCH_REPS; rep++)); do
-        sync
-        c0="$(cpu_ticks)"
-        fio_seq write "$dir" "$SIZE" 1 "$JSON/w.json"
-        c1="$(cpu_ticks)"
-        w+=("$(fio_json "$JSON/w.json" 'j["write"]["bw_bytes"] / 2**20')")
-        cw+=("$(cpu_per_gib "$c0" "$c1")")
+        timed_write "$dir" "$SIZE" 1
+        w+=("$BW") cw+=("$CPU")
         drop_caches
         fio_seq read "$dir" "$SIZE" 1 "$JSON/r.json"
         r+=("$(fio_json "$JSON/r.json" 'j["read"]["bw_bytes"] / 2**20')")
         rm -f "$dir"/seq.*
-        sync
-        c0="$(cpu_ticks)"
-        fio_seq write "$dir" "$QUARTER" 4 "$JSON/w4.json"
-        c1="$(cpu_ticks)"
-        w4+=("$(fio_json "$JSON/w4.json" 'j["write"]["bw_bytes"] / 2**20')")
-        cw4+=("$(cpu_per_gib "$c0" "$c1")")
+        timed_write "$dir" "$QUARTER" 4
+        w4+=("$BW") cw4+=("$CPU")
         rm -f "$dir"/seq.*
         info "$label run $rep/$BENCH_REPS: write $(fmt "${w[-1]}" 0) MiB/s (CPU ${cw[-1]} s/GiB), cold read $(fmt "${r[-1]}" 0) MiB/s, 4 writers $(fmt "${w4[-1]}" 0) MiB/s (CPU ${cw4[-1]} s/GiB)"
     done

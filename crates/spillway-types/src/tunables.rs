@@ -151,6 +151,14 @@ impl Tunables {
                 .split_once('=')
                 .ok_or_else(|| format!("line {}: expected key = value", n + 1))?;
             let (k, v) = (k.trim(), v.trim());
+            // A two-word setting: true for `yes`, false for `no`, else an error.
+            let either = |yes: &str, no: &str| -> Result<bool, String> {
+                match v {
+                    _ if v == yes => Ok(true),
+                    _ if v == no => Ok(false),
+                    _ => Err(format!("line {}: {k}: `{yes}` or `{no}`, not {v}", n + 1)),
+                }
+            };
             let num = || -> Result<u64, String> {
                 v.parse::<u64>()
                     .map_err(|_| format!("line {}: {k}: not a whole number: {v}", n + 1))
@@ -171,34 +179,12 @@ impl Tunables {
                 "grant_per_connection" => self.grant_per_connection = num()?,
                 "grant_disk_reserve" => self.grant_disk_reserve = num()?,
                 "grant_idle_ms" => self.grant_idle = Duration::from_millis(num()?),
-                "locks" => {
-                    self.cluster_locks = match v {
-                        "cluster" => true,
-                        "node" => false,
-                        _ => {
-                            return Err(format!(
-                                "line {}: locks: `cluster` or `node`, not {v}",
-                                n + 1
-                            ))
-                        }
-                    }
-                }
+                "locks" => self.cluster_locks = either("cluster", "node")?,
                 "direct_write_min" => self.direct_write_min = num()?,
                 "max_write" => self.max_write = num()?.clamp(4096, 1 << 20) as u32,
                 "max_readahead" => self.max_readahead = num()?.clamp(4096, 64 << 20) as u32,
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,
-                "readdirplus" => {
-                    self.readdir_plus = match v {
-                        "on" => true,
-                        "off" => false,
-                        _ => {
-                            return Err(format!(
-                                "line {}: readdirplus: `on` or `off`, not {v}",
-                                n + 1
-                            ))
-                        }
-                    }
-                }
+                "readdirplus" => self.readdir_plus = either("on", "off")?,
                 "readdir_ahead" => self.readdir_ahead = (num()? as usize).min(256),
                 "munge_socket" => self.munge_socket = Some(std::path::PathBuf::from(v)),
                 "stage_range" => self.stage_range = num()?.clamp(1 << 20, 16 << 30),
