@@ -111,19 +111,31 @@ def fill(fs):
     # Then the last blocks, one small file at a time until the disk says no. Blocks
     # freed before (a truncate, a delete, a server's own cleanup) come back only when
     # ext4 commits its journal: commit, and fill again until a commit frees nothing.
+    # Appending to one file first: a new file's name may need a directory block the
+    # last free data block cannot be (ENOSPC with a block left).
     i = 0
-    for _ in range(20):
-        while True:
-            try:
-                with open(os.path.join(d, f"small{i}"), "wb") as f:
-                    f.write(b"\0" * st.f_frsize)
-                i += 1
-            except OSError as e:
-                assert e.errno == errno.ENOSPC, e
-                break
-        os.sync()
-        if os.statvfs(fs).f_bavail == 0:
-            return
+    tail = os.open(os.path.join(d, "tail"), os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    try:
+        for _ in range(20):
+            while True:
+                try:
+                    os.write(tail, b"\0" * st.f_frsize)
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC, e
+                    break
+            while True:
+                try:
+                    with open(os.path.join(d, f"small{i}"), "wb") as f:
+                        f.write(b"\0" * st.f_frsize)
+                    i += 1
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC, e
+                    break
+            os.sync()
+            if os.statvfs(fs).f_bavail == 0:
+                return
+    finally:
+        os.close(tail)
     assert os.statvfs(fs).f_bavail == 0
 
 
