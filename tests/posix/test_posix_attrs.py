@@ -163,6 +163,40 @@ def test_chmod_owner_and_non_owner(fs_root, user, user2):
     assert stat.S_IMODE(os.stat(p(d, "f")).st_mode) == 0o755
 
 
+def _write_through(path, flags, data):
+    fd = os.open(path, flags)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.needs_root
+def test_a_write_by_another_user_clears_setuid_and_setgid(fs_root, user, user2):
+    """A user who may write another's setuid file must not keep its privilege: the
+    write clears setuid, and setgid where group execute is set, whichever way the
+    file was opened (a write-only open goes around the page cache, and then the
+    kernel leaves the clearing to the file system)."""
+    d = _user_dir(fs_root, user, mode=0o777)
+    f = p(d, "f")
+    user.run(create_file, f, b"x", 0o644)
+    for flags in (os.O_WRONLY | os.O_APPEND, os.O_RDWR):
+        user.run(os.chmod, f, 0o6777)
+        user2.run(_write_through, f, flags, b"y")
+        assert stat.S_IMODE(os.stat(f).st_mode) == 0o777, oct(flags)
+    # setgid without group execute marks mandatory locking, not privilege: it stays
+    user.run(os.chmod, f, 0o6767)
+    user2.run(_write_through, f, os.O_WRONLY | os.O_APPEND, b"z")
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o2767
+    # the owner's own writes clear setuid too (no CAP_FSETID); root's do not
+    user.run(os.chmod, f, 0o4755)
+    _write_through(f, os.O_WRONLY | os.O_APPEND, b"r")
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o4755
+    user.run(_write_through, f, os.O_WRONLY | os.O_APPEND, b"o")
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o755
+    assert H.read_file(f) == b"yyzro"  # the read-write open wrote at offset 0
+
+
 @pytest.mark.needs_root
 def test_chown_by_non_owner_eperm(fs_root, user, user2):
     d = _user_dir(fs_root, user, mode=0o777)

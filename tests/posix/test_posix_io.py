@@ -392,6 +392,40 @@ def test_shared_mmap(fs_root):
     assert H.read_file(path) == bytes(expect)
 
 
+def test_a_write_shows_at_once_through_every_other_descriptor_and_mapping(fs_root):
+    """A file opened to be written from the start goes around the page cache
+    (docs/data-plane.md, "Writes go around the page cache"): the pages another
+    descriptor or a shared mapping holds must still show each write at once, and a
+    mapping's dirty pages must reach a read through the writing descriptor."""
+    path = p(fs_root, "f")
+    writer = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)  # made: direct
+    os.write(writer, b"a" * 3 * 4096)
+    reader = os.open(path, os.O_RDONLY)
+    assert os.pread(reader, 4, 4096) == b"aaaa"  # now in the page cache
+    os.pwrite(writer, b"bbbb", 4096)
+    assert os.pread(reader, 4, 4096) == b"bbbb"
+    mm = mmap.mmap(writer, 3 * 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    assert mm[4096:4100] == b"bbbb"
+    mm[8192:8196] = b"cccc"  # dirty in the mapping, not yet written back
+    assert os.pread(writer, 4, 8192) == b"cccc"
+    assert os.pread(reader, 4, 8192) == b"cccc"
+    os.pwrite(writer, b"dddd", 8192)
+    assert mm[8192:8196] == b"dddd"
+    mm.close()
+    appender = os.open(path, os.O_WRONLY | os.O_APPEND)  # write-only: direct
+    os.write(appender, b"zz")
+    assert os.pread(reader, 6, 3 * 4096 - 4) == b"aaaazz"
+    assert os.fstat(reader).st_size == 3 * 4096 + 2
+    os.close(appender)
+    os.close(writer)
+    os.close(reader)
+    H.drop_file_cache(path)
+    expect = bytearray(b"a" * 3 * 4096 + b"zz")
+    expect[4096:4100] = b"bbbb"
+    expect[8192:8196] = b"dddd"
+    assert H.read_file(path) == bytes(expect)
+
+
 def test_mmap_write_extends_after_ftruncate(fs_root):
     path = p(fs_root, "f")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

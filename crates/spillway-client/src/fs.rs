@@ -77,6 +77,9 @@ pub struct SpillwayFs {
     /// to apply. Otherwise they are refused with EOPNOTSUPP rather than stored and not
     /// enforced.
     acl: bool,
+    /// Opens that write a file from the start go around the page cache (the
+    /// `direct_writes` tunable, and the kernel allows shared mappings of them).
+    direct_writes: bool,
     /// Space the servers promised this client (write-behind needs it; grants.rs).
     grants: Arc<Grants>,
     /// Drops the kernel's cache of a file whose written-behind bytes were lost.
@@ -111,6 +114,7 @@ impl SpillwayFs {
             tun.entry_ttl.min(tun.attr_ttl),
             tun.readdir_ahead,
         );
+        let direct_writes = tun.direct_writes;
         SpillwayFs {
             ahead,
             grants: Grants::new(inst.clone(), &tun),
@@ -124,6 +128,7 @@ impl SpillwayFs {
             control,
             root,
             acl: false,
+            direct_writes,
         }
     }
 
@@ -312,12 +317,19 @@ impl Filesystem for SpillwayFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = self.changing(self.do_write(self.ino(i), offset, data));
+        let i = self.ino(i);
+        let r = if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            self.kill_privs(i)
+                .and_then(|()| self.do_write(i, offset, data))
+        } else {
+            self.do_write(i, offset, data)
+        };
+        let r = self.changing(r);
         Self::written(reply, r);
     }
 

@@ -80,6 +80,11 @@ pub struct Tunables {
     /// READDIRPLUS), so that `find`, `ls -l` and `du` cost one round trip per
     /// directory instead of one more per name (`readdirplus = off` to compare).
     pub readdir_plus: bool,
+    /// Client: a file opened to be written from the start (write-only, or created by
+    /// this open) goes around the kernel's page cache (`FOPEN_DIRECT_IO`): each
+    /// write(2) reaches the client from the caller's own pages, without the copy into
+    /// the page cache and the pages it takes (`direct_writes = off` to compare).
+    pub direct_writes: bool,
     /// Clients: subdirectories of a listed directory whose listings are read ahead
     /// of a walk, a window kept ahead as the walk goes (0: none). A listing read
     /// ahead is served only while younger than the entry lifetime and only if
@@ -128,6 +133,7 @@ impl Default for Tunables {
             max_readahead: 4 << 20,
             readdir_page: 1024,
             readdir_plus: true,
+            direct_writes: true,
             readdir_ahead: 8,
             munge_socket: None,
             stage_range: 256 << 20,
@@ -185,6 +191,7 @@ impl Tunables {
                 "max_readahead" => self.max_readahead = num()?.clamp(4096, 64 << 20) as u32,
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,
                 "readdirplus" => self.readdir_plus = either("on", "off")?,
+                "direct_writes" => self.direct_writes = either("on", "off")?,
                 "readdir_ahead" => self.readdir_ahead = (num()? as usize).min(256),
                 "munge_socket" => self.munge_socket = Some(std::path::PathBuf::from(v)),
                 "stage_range" => self.stage_range = num()?.clamp(1 << 20, 16 << 30),

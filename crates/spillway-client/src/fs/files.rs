@@ -68,6 +68,7 @@ impl SpillwayFs {
         flags: u32,
         opened: Option<Attr>,
     ) -> R<(u64, FopenFlags)> {
+        let created = opened.is_some();
         let attr = match opened {
             Some(a) => a,
             None => self.inst.open(i, flags).map_err(gone)?,
@@ -106,14 +107,15 @@ impl SpillwayFs {
         }
         let fh = self.t.new_fh();
         self.t.files().insert(fh, OpenFile { ino: i });
-        Ok((
-            fh,
-            if keep {
-                FopenFlags::FOPEN_KEEP_CACHE
-            } else {
-                FopenFlags::empty()
-            },
-        ))
+        let mut fl = if keep {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        if self.direct_writes && written_from_start(flags, created) {
+            fl |= FopenFlags::FOPEN_DIRECT_IO;
+        }
+        Ok((fh, fl))
     }
 
     /// After a flush told the home the new size, remember what the kernel now caches.
@@ -208,5 +210,38 @@ impl SpillwayFs {
             pid,
             tid,
         }
+    }
+}
+
+/// Whether an open is of a file about to be written from the start: write-only, or
+/// read-write and made by this very open (an application writing a checkpoint, fio,
+/// an archive being unpacked). Such an open goes around the page cache
+/// (docs/data-plane.md, "Writes go around the page cache"). A read-write open of an
+/// existing file keeps the page cache: what it reads may be read again, and through
+/// the page cache it gets the kernel's readahead.
+fn written_from_start(flags: u32, created: bool) -> bool {
+    match flags as i32 & libc::O_ACCMODE {
+        libc::O_WRONLY => true,
+        libc::O_RDWR => created,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::written_from_start;
+
+    #[test]
+    fn only_opens_that_write_from_the_start_go_around_the_page_cache() {
+        let f = |m: i32| m as u32;
+        assert!(written_from_start(f(libc::O_WRONLY), false));
+        assert!(written_from_start(
+            f(libc::O_WRONLY | libc::O_APPEND),
+            false
+        ));
+        assert!(written_from_start(f(libc::O_RDWR | libc::O_CREAT), true));
+        assert!(!written_from_start(f(libc::O_RDWR), false));
+        assert!(!written_from_start(f(libc::O_RDONLY), false));
+        assert!(!written_from_start(f(libc::O_RDONLY | libc::O_CREAT), true));
     }
 }

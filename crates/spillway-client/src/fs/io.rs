@@ -4,6 +4,7 @@
 
 use super::{SpillwayFs, R};
 use spillway_types::{Errno, InodeNo};
+use spillway_wire::messages::{setattr, SetAttrReq};
 
 impl SpillwayFs {
     /// Read from the servers. This client's unsent writes go first, and the file is at
@@ -23,6 +24,36 @@ impl SpillwayFs {
         }
         let layout = self.inst.layout(&attr);
         self.inst.read(&layout, i, offset, size, fsize)
+    }
+
+    /// A write through a descriptor that goes around the page cache (`direct_writes`)
+    /// by a caller without CAP_FSETID: the kernel leaves the setuid and setgid bits to
+    /// us (`FUSE_WRITE_KILL_SUIDGID`) where it clears them itself before a cached
+    /// write. As the kernel does: setuid goes, setgid only with group execute (without
+    /// it the bit marks mandatory locking, not privilege). The kernel's cached
+    /// attributes are dropped so that a stat right after shows the new mode.
+    pub(super) fn kill_privs(&self, i: InodeNo) -> R<()> {
+        let Some(attr) = self.t.attr(i) else {
+            return Ok(());
+        };
+        let mut kill = attr.mode & libc::S_ISUID;
+        if attr.mode & libc::S_IXGRP != 0 {
+            kill |= attr.mode & libc::S_ISGID;
+        }
+        if kill == 0 {
+            return Ok(());
+        }
+        let mut req = SetAttrReq::of(i);
+        req.valid = setattr::MODE;
+        req.mode = attr.mode & 0o7777 & !kill;
+        let attr = self.inst.setattr(req)?;
+        self.t.remember(&attr, false);
+        if let Some(n) = self.notifier.get() {
+            // Attributes only (negative offset): no page is touched, so this cannot
+            // wait on the write the kernel is holding for us.
+            let _ = n.inval_inode(self.fuse_ino(i), -1, 0);
+        }
+        Ok(())
     }
 
     /// Bytes taken: fewer than `data` when the servers had room for a part only.

@@ -45,6 +45,16 @@ impl SpillwayFs {
                 tracing::warn!("kernel lacks {missing:?}: listings without attributes");
             }
         }
+        // Opens that write from the start go around the page cache (fs/files.rs); a
+        // shared mapping of such a file is still allowed (and kept coherent with its
+        // direct writes by the kernel), else mmap(MAP_SHARED) would fail with ENODEV.
+        if self.tun.direct_writes {
+            let mmap = InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+            if let Err(missing) = config.add_capabilities(mmap) {
+                tracing::warn!("kernel lacks {missing:?}: every open keeps the page cache");
+                self.direct_writes = false;
+            }
+        }
         let _ = config.set_max_write(self.tun.max_write);
         let _ = config.set_max_readahead(self.tun.max_readahead);
         let _ = config.set_max_background(64);
