@@ -35,6 +35,7 @@ SIZE_MIB="$("$PY" -c 'import sys; s=sys.argv[1]; u={"K":2**-10,"M":1,"G":2**10};
 [[ -f "$EXAMPLES/passthrough_ll.c" ]] || die "$EXAMPLES/passthrough_ll.c not found (package libfuse3-dev)"
 rm -rf "$CEIL"
 mkdir -p "$CEIL/bin" "$CEIL/raw" "$CEIL/src" "$CEIL/mnt" "$CEIL/warm"
+BENCH_LOOPS+=("$CEIL/mnt") # unmounted at exit if a run stops while it is up
 cp "$EXAMPLES"/passthrough_ll.c "$EXAMPLES"/passthrough_helpers.h "$CEIL/bin/"
 # shellcheck disable=SC2046 # pkg-config prints several words on purpose
 cc -O2 -Wall -o "$CEIL/bin/passthrough_ll" "$CEIL/bin/passthrough_ll.c" $(pkg-config fuse3 --cflags --libs) -lpthread \
@@ -44,7 +45,6 @@ cc -O2 -Wall -o "$CEIL/bin/passthrough_ll" "$CEIL/bin/passthrough_ll.c" $(pkg-co
 pt_up() {
     "$CEIL/bin/passthrough_ll" -o "source=$CEIL/src,cache=$1" "$CEIL/mnt" \
         || die "passthrough_ll did not mount"
-    BENCH_LOOPS+=("$CEIL/mnt")
     fio --name=warm --directory="$CEIL/mnt" --rw=write --bs=1M --size="$SIZE" --end_fsync=1 >/dev/null
     rm -f "$CEIL/mnt"/warm.*
 }

@@ -426,6 +426,38 @@ def test_a_write_shows_at_once_through_every_other_descriptor_and_mapping(fs_roo
     assert H.read_file(path) == bytes(expect)
 
 
+def _write_from_own_mapping(path):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)  # made: direct
+    try:
+        os.write(fd, bytes(range(256)) * (8 * 1024))  # 2 MiB
+        os.ftruncate(fd, 4 * MiB)
+        mm = mmap.mmap(fd, 4 * MiB)
+        with memoryview(mm) as view:
+            n = os.pwrite(fd, view[:2 * MiB], 2 * MiB)  # the buffer is the file itself
+        os.fsync(fd)
+        same = mm[:2 * MiB] == mm[2 * MiB:]
+        mm.close()
+        return n, same
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.needs_root
+@pytest.mark.timeout(120)
+def test_a_write_from_a_mapping_of_the_file_itself_completes(fs_root, user):
+    """Attack: an unprivileged user writes to a file that goes around the page cache
+    from a shared mapping of that same file, so that the kernel must fault the
+    buffer's pages in through the mount while it holds the write. The mount must
+    answer both (no deadlock) and store the bytes."""
+    d = p(fs_root, "selfmap")
+    os.mkdir(d)
+    os.chown(d, user.uid, user.gid)
+    path = p(d, "f")
+    assert user.run(_write_from_own_mapping, path) == (2 * MiB, True)
+    H.drop_file_cache(path)
+    assert H.read_file(path) == (bytes(range(256)) * (8 * 1024)) * 2
+
+
 def test_mmap_write_extends_after_ftruncate(fs_root):
     path = p(fs_root, "f")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

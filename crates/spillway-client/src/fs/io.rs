@@ -46,7 +46,8 @@ impl SpillwayFs {
         let mut req = SetAttrReq::of(i);
         req.valid = setattr::MODE;
         req.mode = attr.mode & 0o7777 & !kill;
-        let attr = self.inst.setattr(req)?;
+        // The same path as a chmod through the mount (fs/attrs.rs).
+        let attr = self.do_setattr(i, req)?;
         self.t.remember(&attr, false);
         if let Some(n) = self.notifier.get() {
             // Attributes only (negative offset): no page is touched, so this cannot
