@@ -37,6 +37,7 @@ use spillway_placement::Layout;
 use spillway_stubs::{Charge, Instance, PendingWrite};
 use spillway_types::{Attr, Errno, InodeNo, ServerIndex, StripeIndex, Tunables};
 use spillway_wire::messages::{setattr, SetAttrReq};
+use spillway_wire::Payload;
 use staged::Staged;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,6 +91,9 @@ impl Pace {
 struct InFlight {
     offset: u64,
     end: u64,
+    /// Its bytes (counted here: the buffer that comes back with the reply may be
+    /// empty, still held by the sending thread or by an arena link).
+    len: usize,
     server: ServerIndex,
     sync: bool,
     call: PendingWrite,
@@ -251,12 +255,12 @@ impl WriteBack {
             return self.write_waited(st, layout, offset, bytes);
         };
         if bytes.len() >= self.chunk {
-            let mut buf = self.buffer(st, bytes.len());
+            let mut buf = self.buffer(st, server, bytes.len());
             buf.extend_from_slice(bytes);
             self.send(st, layout, offset, buf, Pace::BEHIND, epoch)?;
             return Ok(bytes.len());
         }
-        let mut buf = self.buffer(st, STAGE_START.max(bytes.len()));
+        let mut buf = self.buffer(st, server, STAGE_START.max(bytes.len()));
         buf.extend_from_slice(bytes);
         st.staged = Some(Staged {
             offset,
@@ -337,16 +341,18 @@ impl WriteBack {
         Ok(n)
     }
 
-    /// An empty buffer with room for `want` bytes, reused when one is spare.
-    fn buffer(&self, st: &mut State, want: usize) -> Vec<u8> {
-        match st.spare.pop() {
-            Some(mut b) => {
-                b.clear();
-                b.reserve(want);
-                b
-            }
-            None => Vec::with_capacity(want),
+    /// An empty buffer for a write of up to a chunk to `server`: a slot of the
+    /// client's arena when that server is on this host (the bytes are then copied
+    /// once, here, on their way to its disk), else a heap buffer with room for `want`
+    /// bytes, reused when one is spare.
+    fn buffer(&self, st: &mut State, server: ServerIndex, want: usize) -> Payload {
+        if let Some(p) = self.inst.arena_payload(server, self.chunk.max(want)) {
+            return p;
         }
+        let mut b = st.spare.pop().unwrap_or_default();
+        b.clear();
+        b.reserve(want);
+        Payload::Heap(b)
     }
 
     /// Send the staged run: behind (queued, the caller goes on) or, with `wait`,
@@ -372,7 +378,7 @@ impl WriteBack {
         st: &mut State,
         layout: &Layout,
         offset: u64,
-        data: Vec<u8>,
+        data: Payload,
         pace: Pace,
         epoch: u64,
     ) -> Result<(), Errno> {
@@ -405,6 +411,7 @@ impl WriteBack {
         st.inflight.push_back(InFlight {
             offset,
             end,
+            len,
             server,
             sync,
             call,
@@ -419,10 +426,14 @@ impl WriteBack {
             return;
         };
         let (result, buf) = f.call.wait();
-        let len = buf.len();
+        let len = f.len;
         st.inflight_bytes -= len;
-        if st.spare.len() < SPARE_BUFFERS && buf.capacity() >= self.chunk {
-            st.spare.push(buf);
+        // Heap buffers are kept for the next writes; an arena slot goes back to the
+        // arena (dropped), for any file's use.
+        if let Payload::Heap(buf) = buf {
+            if st.spare.len() < SPARE_BUFFERS && buf.capacity() >= self.chunk {
+                st.spare.push(buf);
+            }
         }
         match result {
             Ok(r) => {

@@ -120,6 +120,7 @@ pub fn start_in_process(
         stages,
         admin_key,
         munge,
+        tunables.arena_max,
     ));
     let wire = Server::start(listener, service, tunables.server_workers)
         .map_err(|e| format!("cannot start serving on {addr}: {e}"))?;

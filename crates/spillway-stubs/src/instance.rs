@@ -5,7 +5,7 @@
 use spillway_placement::{dentry_server, Layout};
 use spillway_types::{Attr, Errno, InodeNo, InstanceDescriptor, ServerIndex, Tunables};
 use spillway_wire::messages::*;
-use spillway_wire::{Endpoint, PendingCall};
+use spillway_wire::{Arena, Endpoint, Payload, PendingCall};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -34,6 +34,8 @@ pub fn renewed_credential(path: &Path, instance: u64) -> Option<Vec<u8>> {
 pub struct Instance {
     pub desc: InstanceDescriptor,
     servers: Vec<Arc<Endpoint>>,
+    /// Shared memory for bulk to servers on this host (clients only).
+    arena: Option<Arc<Arena>>,
 }
 
 impl Instance {
@@ -84,6 +86,14 @@ impl Instance {
         tunables: &Tunables,
         peer_name: &str,
     ) -> Instance {
+        // A client's bulk goes through shared memory to the servers on its host
+        // (docs/wire-protocol.md, "Shared-memory bulk"); peers and admins send little.
+        let arena = (role == Role::Client && tunables.arena_size > 0)
+            .then(|| Arena::create(tunables.arena_size, tunables.writeback_chunk))
+            .and_then(|r| {
+                r.map_err(|e| tracing::warn!("no shared-memory bulk (no arena: {e})"))
+                    .ok()
+            });
         let servers = desc
             .servers
             .iter()
@@ -111,10 +121,23 @@ impl Instance {
                     }
                     None => ep,
                 };
+                let ep = match &arena {
+                    Some(a) => ep.with_arena(a.clone()),
+                    None => ep,
+                };
                 Arc::new(ep)
             })
             .collect();
-        Instance { desc, servers }
+        Instance {
+            desc,
+            servers,
+            arena,
+        }
+    }
+
+    /// The most bytes one slot of the client's arena holds (0: no arena).
+    pub fn arena_slot_size(&self) -> usize {
+        self.arena.as_ref().map_or(0, |a| a.slot_size())
     }
 
     pub fn count(&self) -> u16 {
@@ -475,33 +498,35 @@ impl Instance {
         offset: u64,
         len: u32,
         size: u64,
-    ) -> Result<Vec<u8>, Errno> {
+    ) -> Result<Payload, Errno> {
         let end = offset.saturating_add(u64::from(len)).min(size);
         if end <= offset {
-            return Ok(Vec::new());
+            return Ok(Payload::default());
         }
         let pieces = layout.pieces(offset, end - offset);
         let mut calls = Vec::with_capacity(pieces.len());
         for &(stripe, within, n) in &pieces {
             let ep = self.server(layout.server_of(stripe))?;
-            calls.push(ep.start(
-                &ReadReq {
-                    ino,
-                    stripe: stripe.0,
-                    offset: within,
-                    len: n,
-                },
-                &[],
-            ));
+            calls.push(ep.start_read(&ReadReq {
+                ino,
+                stripe: stripe.0,
+                offset: within,
+                len: n,
+            }));
         }
         // A short answer means a hole up to the stripe's end: zeroes.
         if calls.len() == 1 {
-            // The common case (a read within one stripe): hand the reply on as it is.
+            // The common case (a read within one stripe): hand the reply on as it is
+            // (in the arena's slot when it came through shared memory).
             let mut data = calls
                 .into_iter()
                 .next()
-                .map_or(Ok(Vec::new()), |c| c.wait())?;
-            data.resize((end - offset) as usize, 0);
+                .map_or(Ok(Payload::default()), |c| c.wait())?;
+            let want = (end - offset) as usize;
+            if data.len() < want {
+                let zeros = vec![0u8; want - data.len()];
+                data.extend_from_slice(&zeros);
+            }
             return Ok(data);
         }
         let mut out = vec![0u8; (end - offset) as usize];
@@ -512,7 +537,7 @@ impl Instance {
             out[pos..pos + take].copy_from_slice(&data[..take]);
             pos += n as usize;
         }
-        Ok(out)
+        Ok(Payload::Heap(out))
     }
 
     /// fdatasync a file's dirty stripes on the given servers, started.

@@ -20,7 +20,7 @@ use crate::Instance;
 use spillway_placement::Layout;
 use spillway_types::{Errno, InodeNo, ServerIndex, StripeIndex};
 use spillway_wire::messages::{GrantReleaseReq, WriteReply, WriteReq};
-use spillway_wire::OwnedCall;
+use spillway_wire::{OwnedCall, Payload};
 
 /// What a write is paid with: `bytes` of it taken from this client's space grant of
 /// session `epoch` on the stripe's server. `Charge::NONE`: nothing; the server fits
@@ -41,7 +41,7 @@ pub struct PendingWrite(OwnedCall<WriteReq>);
 impl PendingWrite {
     /// Wait for the reply (resent after a reconnect: writes are idempotent); the
     /// buffer comes back too, for reuse.
-    pub fn wait(self) -> (Result<WriteReply, Errno>, Vec<u8>) {
+    pub fn wait(self) -> (Result<WriteReply, Errno>, Payload) {
         self.0.wait()
     }
 }
@@ -82,7 +82,7 @@ impl Instance {
         layout: &Layout,
         ino: InodeNo,
         offset: u64,
-        data: Vec<u8>,
+        data: Payload,
         sync: bool,
         charge: Charge,
     ) -> Result<PendingWrite, Errno> {
@@ -98,11 +98,21 @@ impl Instance {
         layout: &Layout,
         ino: InodeNo,
         offset: u64,
-        data: Vec<u8>,
+        data: Payload,
         charge: Charge,
     ) -> Result<PendingWrite, Errno> {
         let (ep, req) = self.piece(layout, ino, offset, false, charge)?;
         Ok(PendingWrite(OwnedCall::queue(&ep, &req, data)))
+    }
+
+    /// An empty slot of the client's arena for up to `want` bytes of a write to
+    /// `server`, when that server is on this host (its bytes then reach it through
+    /// shared memory) and a slot is free; None: use the heap.
+    pub fn arena_payload(&self, server: ServerIndex, want: usize) -> Option<Payload> {
+        if want > self.arena_slot_size() {
+            return None;
+        }
+        self.server(server).ok()?.arena_buf().map(Payload::Arena)
     }
 
     /// The endpoint of the server of the stripe `offset` lies in, and the request for

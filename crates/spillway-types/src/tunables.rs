@@ -85,6 +85,14 @@ pub struct Tunables {
     /// write(2) reaches the client from the caller's own pages, without the copy into
     /// the page cache and the pages it takes (`direct_writes = off` to compare).
     pub direct_writes: bool,
+    /// Clients: bytes of shared memory (one sealed memfd, in slots of
+    /// `writeback_chunk`) through which write and read data travel to and from
+    /// servers on this same host, instead of through their TCP connections
+    /// (docs/wire-protocol.md, "Shared-memory bulk"). 0: never. Only the slots in use
+    /// hold memory.
+    pub arena_size: usize,
+    /// Servers: the largest client arena a server maps (0: it offers none).
+    pub arena_max: usize,
     /// Clients: subdirectories of a listed directory whose listings are read ahead
     /// of a walk, a window kept ahead as the walk goes (0: none). A listing read
     /// ahead is served only while younger than the entry lifetime and only if
@@ -135,6 +143,8 @@ impl Default for Tunables {
             readdir_plus: true,
             direct_writes: true,
             readdir_ahead: 8,
+            arena_size: 256 << 20,
+            arena_max: 1 << 30,
             munge_socket: None,
             stage_range: 256 << 20,
             stage_ranges_in_flight: 2,
@@ -193,6 +203,8 @@ impl Tunables {
                 "readdirplus" => self.readdir_plus = either("on", "off")?,
                 "direct_writes" => self.direct_writes = either("on", "off")?,
                 "readdir_ahead" => self.readdir_ahead = (num()? as usize).min(256),
+                "arena_size" => self.arena_size = num()?.min(16 << 30) as usize,
+                "arena_max" => self.arena_max = num()?.min(64 << 30) as usize,
                 "munge_socket" => self.munge_socket = Some(std::path::PathBuf::from(v)),
                 "stage_range" => self.stage_range = num()?.clamp(1 << 20, 16 << 30),
                 "stage_ranges_in_flight" => {

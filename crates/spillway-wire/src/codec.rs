@@ -252,15 +252,39 @@ pub struct Bulk(pub Vec<u8>);
 /// on without a copy. Lives here, with the encodings, rather than with the connection
 /// (`conn.rs`), because it is what `messages::Request::decode` yields and the calling
 /// side never needs it; that keeps `conn.rs → messages.rs` one-way.
+/// Or the bytes lie in the client's arena (a `WriteArena`), which the wire layer
+/// hands on the same way.
 #[derive(Debug)]
 pub struct BulkBody {
     pub body: Vec<u8>,
     pub start: usize,
+    pub arena: Option<crate::arena::ArenaSlice>,
 }
 
 impl BulkBody {
+    /// The bulk at `buf[start..]` of a received frame.
+    pub fn framed(body: Vec<u8>, start: usize) -> BulkBody {
+        BulkBody {
+            body,
+            start,
+            arena: None,
+        }
+    }
+
+    /// The bulk in the client's arena.
+    pub fn in_arena(slice: crate::arena::ArenaSlice) -> BulkBody {
+        BulkBody {
+            body: Vec::new(),
+            start: 0,
+            arena: Some(slice),
+        }
+    }
+
     pub fn data(&self) -> &[u8] {
-        &self.body[self.start..]
+        match &self.arena {
+            Some(a) => a.as_slice(),
+            None => &self.body[self.start..],
+        }
     }
 }
 

@@ -5,9 +5,10 @@
 
 mod sendq;
 
+use crate::arena::{door, Arena, ArenaBuf, ArenaLink, Payload};
 use crate::codec::Wire;
 use crate::frame::{read_frame, FrameHeader, FrameKind, HEADER_LEN};
-use crate::messages::{Call, HelloReply, HelloReq};
+use crate::messages::{Call, HelloReply, HelloReq, ReadArenaReply, ReadArenaReq, ReadReq};
 use spillway_types::tunables::MAX_FRAME_LEN;
 use spillway_types::Errno;
 use std::collections::HashMap;
@@ -15,7 +16,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::marker::PhantomData;
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
 /// Why a call failed, as far as retrying goes.
@@ -170,6 +171,8 @@ pub struct Conn {
     alive: AtomicBool,
     /// The queue of frames its sending thread writes (sendq.rs), once one was queued.
     queue: Mutex<Option<crossbeam_channel::Sender<sendq::Queued>>>,
+    /// The arena its bulk may travel through (a server on this host), once attached.
+    arena: OnceLock<Arc<ArenaLink>>,
     pub hello: HelloReply,
 }
 
@@ -221,8 +224,14 @@ impl Conn {
             next_id: AtomicU64::new(1),
             alive: AtomicBool::new(true),
             queue: Mutex::new(None),
+            arena: OnceLock::new(),
             hello,
         }))
+    }
+
+    /// The arena attached to this connection, while its server maps it.
+    pub fn arena(&self) -> Option<&Arc<ArenaLink>> {
+        self.arena.get().filter(|l| l.is_open())
     }
 
     fn lock_pending(&self) -> MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
@@ -305,7 +314,7 @@ impl Conn {
         self: &Arc<Self>,
         opcode: u16,
         body: Vec<u8>,
-        bulk: Arc<Vec<u8>>,
+        bulk: Arc<Payload>,
         deadline: Duration,
     ) -> Result<Ticket, CallError> {
         if !self.is_alive() {
@@ -481,6 +490,8 @@ pub struct Endpoint {
     /// every later call fails at once (`unreachable` records that it was).
     give_up: bool,
     unreachable: std::sync::atomic::AtomicBool,
+    /// Offered to every connection made (used where the server is on this host).
+    arena: Option<Arc<Arena>>,
 }
 
 /// The connection and the handshake that makes it, under one lock: a connection is
@@ -505,7 +516,23 @@ impl Endpoint {
             reconnect_window,
             give_up: false,
             unreachable: std::sync::atomic::AtomicBool::new(false),
+            arena: None,
         }
+    }
+
+    /// Offer `arena` on every connection this endpoint makes: where the server is on
+    /// this host, bulk data in the arena's slots travels through it.
+    pub fn with_arena(mut self, arena: Arc<Arena>) -> Endpoint {
+        self.arena = Some(arena);
+        self
+    }
+
+    /// A free slot of the arena, if the current connection has it attached (so bulk
+    /// placed in it goes through shared memory); None otherwise. Never connects.
+    pub fn arena_buf(&self) -> Option<ArenaBuf> {
+        let guard = self.lock_link();
+        let link = guard.conn.as_ref().filter(|c| c.is_alive())?.arena()?;
+        link.arena().take()
     }
 
     /// An endpoint for one task that fails as a whole when a server is gone (a
@@ -557,6 +584,18 @@ impl Endpoint {
                 self.deadline.min(Duration::from_secs(10)),
             ) {
                 Ok(c) => {
+                    if let Some(arena) = &self.arena {
+                        let wait = self.deadline.min(Duration::from_secs(10));
+                        match door::attach(&c, arena, wait) {
+                            Ok(link) => {
+                                let _ = c.arena.set(link);
+                                tracing::debug!(addr = %self.addr, "bulk through shared memory");
+                            }
+                            Err(why) => {
+                                tracing::debug!(addr = %self.addr, "bulk over the socket: {why}");
+                            }
+                        }
+                    }
                     guard.conn = Some(c.clone());
                     return Ok(c);
                 }
@@ -647,19 +686,120 @@ impl<C: Call> PendingCall<'_, C> {
 
     /// Wait for the reply, resending after a broken connection when that is safe.
     pub fn wait(mut self) -> Result<C::Reply, Errno> {
-        finish::<C>(self.ep, &self.body, self.bulk, &mut self.sent, self.started)
+        let (ep, body, bulk) = (self.ep, &self.body, self.bulk);
+        finish::<C>(ep, &mut self.sent, self.started, &mut false, &mut |_| {
+            ep.send(C::OP, body, bulk)
+        })
+    }
+}
+
+/// A read in flight: its data comes back through the connection's arena when the
+/// server is on this host and a slot is free (`ReadArena`), else as bulk on the socket.
+pub enum PendingRead<'a> {
+    Plain(PendingCall<'a, ReadReq>),
+    Arena(ArenaRead<'a>),
+}
+
+/// A `ReadArena` in flight, into `buf`.
+pub struct ArenaRead<'a> {
+    ep: &'a Endpoint,
+    req: ReadReq,
+    sent: Result<Sent, CallError>,
+    link: Arc<ArenaLink>,
+    buf: Option<ArenaBuf>,
+}
+
+impl Endpoint {
+    /// Start reading `req`: through the arena where the connection has one (and a
+    /// slot holds `req.len` bytes), else as a plain `Read`.
+    pub fn start_read(&self, req: &ReadReq) -> PendingRead<'_> {
+        let conn = self.lock_link().conn.clone().filter(|c| c.is_alive());
+        let link = conn.as_ref().and_then(|c| c.arena().cloned());
+        if let (Some(conn), Some(link)) = (conn, link) {
+            if req.len as usize <= link.arena().slot_size() {
+                if let Some(buf) = link.arena().take() {
+                    let body = ReadArenaReq {
+                        read: req.clone(),
+                        arena_off: buf.offset(),
+                    }
+                    .to_bytes();
+                    let sent = conn
+                        .send_raw(ReadArenaReq::OP, &body, &[], self.deadline)
+                        .map(|ticket| Sent { conn, ticket });
+                    return PendingRead::Arena(ArenaRead {
+                        ep: self,
+                        req: req.clone(),
+                        sent,
+                        link,
+                        buf: Some(buf),
+                    });
+                }
+            }
+        }
+        PendingRead::Plain(self.start(req, &[]))
+    }
+}
+
+impl PendingRead<'_> {
+    /// The data read: fewer bytes than asked past the stripe's stored end.
+    pub fn wait(self) -> Result<Payload, Errno> {
+        match self {
+            PendingRead::Plain(c) => c.wait().map(Payload::Heap),
+            PendingRead::Arena(r) => r.wait(),
+        }
+    }
+}
+
+impl ArenaRead<'_> {
+    fn wait(mut self) -> Result<Payload, Errno> {
+        let outcome = match &self.sent {
+            Err(e) => Err(*e),
+            Ok(s) => s.conn.wait_reply(
+                &s.ticket,
+                Instant::now() + self.ep.deadline + Duration::from_millis(200),
+            ),
+        };
+        match outcome {
+            Ok(body) => {
+                let r = ReadArenaReply::from_bytes(&body).map_err(|_| Errno::EPROTO)?;
+                let mut buf = self.buf.take().ok_or(Errno::EIO)?;
+                if r.len > self.req.len {
+                    return Err(Errno::EPROTO);
+                }
+                buf.set_len(r.len as usize);
+                Ok(Payload::Arena(buf))
+            }
+            Err(CallError::Remote(e)) => Err(e),
+            Err(e) => {
+                // Sent and unanswered: the server may still write into the slot.
+                if let (CallError::Lost | CallError::Timeout, Some(buf)) = (e, self.buf.take()) {
+                    self.link.hold(Arc::new(Payload::Arena(buf)));
+                }
+                if e == CallError::Timeout {
+                    tracing::warn!(addr = %self.ep.addr, "read timed out");
+                    return Err(Errno::ETIMEDOUT);
+                }
+                // Reads are idempotent: once more, plainly (with its own resends).
+                self.ep.call(&self.req).map(Payload::Heap)
+            }
+        }
     }
 }
 
 /// A call in flight that owns its endpoint and its bulk data, so that it may outlive
 /// the request that started it (write-behind): it can still be sent again after a
-/// reconnect, and `wait` hands the bulk buffer back for reuse.
+/// reconnect, and `wait` hands the bulk buffer back for reuse. Bulk in a slot of the
+/// connection's arena goes through shared memory (the request's `ARENA_OP` twin);
+/// such a call that ends without a reply leaves its slot with the arena's link until
+/// the server can no longer touch it (`ArenaLink::hold`).
 pub struct OwnedCall<C: Call> {
     ep: Arc<Endpoint>,
     body: Vec<u8>,
     /// Shared with the connection's send queue until the frame is written.
-    bulk: Arc<Vec<u8>>,
+    bulk: Arc<Payload>,
     sent: Result<Sent, CallError>,
+    /// The arena link the current send lent the bulk's slot through.
+    lent: Option<Arc<ArenaLink>>,
     started: Instant,
     _c: PhantomData<C>,
 }
@@ -668,38 +808,31 @@ impl<C: Call> OwnedCall<C> {
     /// Start `req` with `bulk` on `ep`, sent by this thread before it returns: for a
     /// call its caller waits for soon (a flush, an fsync), where handing the frame to
     /// another thread would only add a wake-up to the wait.
-    pub fn start(ep: &Arc<Endpoint>, req: &C, bulk: Vec<u8>) -> OwnedCall<C> {
-        let body = req.to_bytes();
-        let started = Instant::now();
-        let sent = ep.send(C::OP, &body, &bulk);
-        OwnedCall {
-            ep: ep.clone(),
-            body,
-            bulk: Arc::new(bulk),
-            sent,
-            started,
-            _c: PhantomData,
-        }
+    pub fn start(ep: &Arc<Endpoint>, req: &C, bulk: impl Into<Payload>) -> OwnedCall<C> {
+        Self::begin(ep, req, bulk.into(), false)
     }
 
     /// Start `req` with `bulk` on `ep`, queued for the connection's sending thread
     /// (sendq.rs): this returns before the bytes are on the socket (write-behind).
-    pub fn queue(ep: &Arc<Endpoint>, req: &C, bulk: Vec<u8>) -> OwnedCall<C> {
-        let body = req.to_bytes();
-        let started = Instant::now();
-        let bulk = Arc::new(bulk);
-        let sent = ep.conn().and_then(|conn| {
-            let ticket = conn.send_queued(C::OP, body.clone(), bulk.clone(), ep.deadline)?;
-            Ok(Sent { conn, ticket })
-        });
-        OwnedCall {
+    /// Bulk that goes through the arena is sent at once: its frame is a few bytes.
+    pub fn queue(ep: &Arc<Endpoint>, req: &C, bulk: impl Into<Payload>) -> OwnedCall<C> {
+        Self::begin(ep, req, bulk.into(), true)
+    }
+
+    fn begin(ep: &Arc<Endpoint>, req: &C, bulk: Payload, queued: bool) -> OwnedCall<C> {
+        let mut call = OwnedCall {
             ep: ep.clone(),
-            body,
-            bulk,
-            sent,
-            started,
+            body: req.to_bytes(),
+            bulk: Arc::new(bulk),
+            sent: Err(CallError::NotSent),
+            lent: None,
+            started: Instant::now(),
             _c: PhantomData,
-        }
+        };
+        let (sent, lent) = send_owned::<C>(&call.ep, &call.body, &call.bulk, queued);
+        call.sent = sent;
+        call.lent = lent;
+        call
     }
 
     /// Whether the reply is already in (waiting for it would not block).
@@ -711,27 +844,81 @@ impl<C: Call> OwnedCall<C> {
     }
 
     /// Wait for the reply (see `PendingCall::wait`); the bulk buffer comes back too
-    /// (empty in the rare case the sending thread still held it).
-    pub fn wait(mut self) -> (Result<C::Reply, Errno>, Vec<u8>) {
+    /// (empty when the sending thread or an arena link still holds it).
+    pub fn wait(mut self) -> (Result<C::Reply, Errno>, Payload) {
+        let (ep, body, bulk) = (self.ep.clone(), &self.body, self.bulk.clone());
+        let lent = &mut self.lent;
+        let mut unanswered = false;
         let r = finish::<C>(
-            &self.ep,
-            &self.body,
-            &self.bulk,
+            &ep,
             &mut self.sent,
             self.started,
+            &mut unanswered,
+            &mut |lost| {
+                // Sent through the arena and no reply: the server may still be at it.
+                if let (Some(link), true) = (lent.take(), lost) {
+                    link.hold(bulk.clone());
+                }
+                let (sent, l) = send_owned::<C>(&ep, body, &bulk, false);
+                *lent = l;
+                sent
+            },
         );
+        if unanswered {
+            if let Some(link) = self.lent.take() {
+                link.hold(self.bulk.clone());
+            }
+        }
+        drop(bulk);
         (r, Arc::try_unwrap(self.bulk).unwrap_or_default())
     }
 }
 
-/// Wait for a call's reply, resending it after a broken connection when that is safe:
-/// it never left, or it is idempotent (within the endpoint's reconnect window).
-fn finish<C: Call>(
+/// Send an owned call's frame: through the arena when its bulk lies in a slot of the
+/// connection's arena and the request has an arena twin, else with the bulk on the
+/// socket (queued for the sending thread when `queued`). Also returns the link the
+/// slot was lent through.
+fn send_owned<C: Call>(
     ep: &Endpoint,
     body: &[u8],
-    bulk: &[u8],
+    bulk: &Arc<Payload>,
+    queued: bool,
+) -> (Result<Sent, CallError>, Option<Arc<ArenaLink>>) {
+    let conn = match ep.conn() {
+        Ok(c) => c,
+        Err(e) => return (Err(e), None),
+    };
+    if let (Some(op), Some(b)) = (C::ARENA_OP, bulk.arena_buf()) {
+        if let Some(link) = conn.arena().filter(|l| l.owns(bulk)).cloned() {
+            let mut twin = Vec::with_capacity(body.len() + 12);
+            twin.extend_from_slice(body);
+            twin.extend_from_slice(&b.offset().to_le_bytes());
+            twin.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            let sent = conn
+                .send_raw(op, &twin, &[], ep.deadline)
+                .map(|ticket| Sent { conn, ticket });
+            return (sent, Some(link));
+        }
+    }
+    let sent = if queued {
+        conn.send_queued(C::OP, body.to_vec(), bulk.clone(), ep.deadline)
+    } else {
+        conn.send_raw(C::OP, body, bulk, ep.deadline)
+    };
+    (sent.map(|ticket| Sent { conn, ticket }), None)
+}
+
+/// Wait for a call's reply, resending it after a broken connection when that is safe:
+/// it never left, or it is idempotent (within the endpoint's reconnect window).
+/// `send_again(lost)` sends it again; `lost`: the previous send may have reached the
+/// server (it is not known whether the server is done with it). `unanswered` is set
+/// when the call fails that way: sent, and no reply.
+fn finish<C: Call>(
+    ep: &Endpoint,
     sent: &mut Result<Sent, CallError>,
     started: Instant,
+    unanswered: &mut bool,
+    send_again: &mut dyn FnMut(bool) -> Result<Sent, CallError>,
 ) -> Result<C::Reply, Errno> {
     loop {
         let outcome = match &*sent {
@@ -746,16 +933,18 @@ fn finish<C: Call>(
             Err(CallError::Remote(e)) => return Err(e),
             Err(CallError::Timeout) => {
                 tracing::warn!(addr = %ep.addr, call = C::NAME, "call timed out");
+                *unanswered = true;
                 return Err(Errno::ETIMEDOUT);
             }
             Err(e @ (CallError::NotSent | CallError::Lost)) => {
                 let may_resend = e == CallError::NotSent || C::IDEMPOTENT;
                 if !may_resend || started.elapsed() > ep.reconnect_window || ep.gave_up() {
                     tracing::warn!(addr = %ep.addr, call = C::NAME, "connection lost");
+                    *unanswered = e == CallError::Lost;
                     return Err(Errno::EIO);
                 }
                 std::thread::sleep(Duration::from_millis(20));
-                *sent = ep.send(C::OP, body, bulk);
+                *sent = send_again(e == CallError::Lost);
             }
         }
     }

@@ -8,18 +8,23 @@
 //! * `conn`    — a client connection: many calls in flight, each with a deadline.
 //!   (`conn/sendq` — its send queue: write-behind frames written by a thread of its own.)
 //! * `serve`   — the server side: handshake, dispatch to a worker pool, replies.
+//! * `arena`   — shared-memory bulk between a client and a server on one host.
 
 // `pub` marks what other crates may name; everything else is `pub(crate)` or narrower.
 #![warn(unreachable_pub)]
 
+pub mod arena;
 pub mod codec;
 pub mod conn;
 pub mod frame;
 pub mod messages;
 pub mod serve;
+#[cfg(test)]
+mod testkit;
 
+pub use arena::{Arena, ArenaBuf, ArenaLink, ArenaSlice, Payload};
 pub use codec::{Bulk, Dec, Enc, Wire, WireError};
-pub use conn::{Conn, CredentialSource, Endpoint, OwnedCall, PendingCall};
+pub use conn::{ArenaRead, Conn, CredentialSource, Endpoint, OwnedCall, PendingCall, PendingRead};
 pub use frame::{FrameHeader, FrameKind, HEADER_LEN};
 pub use messages::*;
 

@@ -17,6 +17,9 @@ pub trait Call: Wire {
     const NAME: &'static str;
     /// Safe to send again if the connection broke before the reply arrived.
     const IDEMPOTENT: bool;
+    /// The opcode of this request's twin whose bulk lies in the connection's arena
+    /// (its body: this request's, then `arena_off u64, len u32`), if it has one.
+    const ARENA_OP: Option<u16> = None;
     type Reply;
     fn decode_reply(body: Vec<u8>) -> Result<Self::Reply, WireError>;
 }
@@ -157,6 +160,25 @@ wire_struct!(HelloReply {
     server_index: u16,
     server_count: u16
 });
+wire_struct!(
+    /// Asks whether this connection's bulk may travel through shared memory
+    /// (docs/wire-protocol.md, "Shared-memory bulk"). Answered by the wire layer
+    /// (`serve.rs`), never by a service: EOPNOTSUPP where the server offers no arenas,
+    /// EEXIST when the connection has one.
+    ArenaOfferReq {}
+);
+wire_struct!(
+    /// The server's host (`boot_id`, and `st_dev`/`st_ino` of its network namespace),
+    /// the abstract name of its door, its pid, and a token for this connection.
+    ArenaOfferReply {
+        boot_id: Vec<u8>,
+        netns_dev: u64,
+        netns_ino: u64,
+        door: Vec<u8>,
+        pid: u32,
+        token: Vec<u8>,
+    }
+);
 
 // ---- admin ------------------------------------------------------------------------
 wire_struct!(FragmentCreateReq {
@@ -416,6 +438,20 @@ wire_struct!(
 wire_struct!(
     /// Reply body is the data itself (bulk); shorter than `len` past the stripe's end.
     ReadReq { ino: InodeNo, stripe: u64, offset: u32, len: u32 }
+);
+wire_struct!(
+    /// A `Write` whose `len` bytes lie at `arena_off` of the connection's arena
+    /// instead of following as bulk.
+    WriteArenaReq { write: WriteReq, arena_off: u64, len: u32 }
+);
+wire_struct!(
+    /// A `Read` whose data the server puts at `arena_off` of the connection's arena
+    /// (room for `read.len` bytes there) instead of sending it as bulk.
+    ReadArenaReq { read: ReadReq, arena_off: u64 }
+);
+wire_struct!(
+    /// The bytes a `ReadArena` put in the arena; fewer than asked past the stripe's end.
+    ReadArenaReply { len: u32 }
 );
 wire_struct!(TruncateDataReq {
     ino: InodeNo,
@@ -777,6 +813,9 @@ macro_rules! calls {
             $( $req($req), )*
             Write(WriteReq, crate::codec::BulkBody),
             Read(ReadReq),
+            /// A `Read` whose data goes into the client's arena (`ReadArenaReq`,
+            /// made by the wire layer): answered with `ReadArenaReply`.
+            ReadInto(ReadReq, crate::arena::ArenaSlice),
         }
 
         impl Request {
@@ -796,7 +835,7 @@ macro_rules! calls {
                         let mut d = Dec::new(body);
                         let req = WriteReq::dec(&mut d)?;
                         let start = at + d.position();
-                        Ok(Request::Write(req, crate::codec::BulkBody { body: buf, start }))
+                        Ok(Request::Write(req, crate::codec::BulkBody::framed(buf, start)))
                     }
                     OP_READ => Ok(Request::Read(ReadReq::from_bytes(body)?)),
                     _ => Err(WireError::Invalid("unknown opcode")),
@@ -808,6 +847,7 @@ macro_rules! calls {
                     $( Request::$req(_) => stringify!($req), )*
                     Request::Write(..) => "WriteReq",
                     Request::Read(_) => "ReadReq",
+                    Request::ReadInto(..) => "ReadArenaReq",
                 }
             }
         }
@@ -822,6 +862,7 @@ pub const OP_READ: u16 = 61;
 
 calls! {
     1 HelloReq -> HelloReply, true;
+    2 ArenaOfferReq -> ArenaOfferReply, true;
     10 FragmentCreateReq -> Empty, true;
     11 FragmentDestroyReq -> Empty, true;
     12 FragmentListReq -> FragmentListReply, true;
@@ -875,12 +916,16 @@ calls! {
     100 FallocateDataReq -> Empty, true;
     101 SeekDataReq -> SeekDataReply, true;
     102 AllocReportReq -> Empty, true;
+    // Answered by the wire layer as Write and ReadInto (serve.rs).
+    69 WriteArenaReq -> WriteReply, true;
+    103 ReadArenaReq -> ReadArenaReply, true;
 }
 
 impl Call for WriteReq {
     const OP: u16 = OP_WRITE;
     const NAME: &'static str = "WriteReq";
     const IDEMPOTENT: bool = true;
+    const ARENA_OP: Option<u16> = Some(<WriteArenaReq as Call>::OP);
     type Reply = WriteReply;
     fn decode_reply(body: Vec<u8>) -> Result<WriteReply, WireError> {
         WriteReply::from_bytes(&body)

@@ -3,9 +3,12 @@
 //! in whatever order they finish. A malformed frame closes the connection; a request
 //! the server cannot decode is answered with EPROTO.
 
-use crate::codec::Wire;
+use crate::arena::door::{ConnArena, Door};
+use crate::codec::{BulkBody, Wire};
 use crate::frame::{read_frame, write_parts, Frame, FrameHeader, FrameKind};
-use crate::messages::{Call, HelloReply, HelloReq, Request};
+use crate::messages::{
+    ArenaOfferReq, Call, HelloReply, HelloReq, ReadArenaReq, Request, WriteArenaReq,
+};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use spillway_types::peer::{Admitted, Peer, PeerLimits, PeerLookup, Refusal, Throttle};
 use spillway_types::tunables::MAX_FRAME_LEN;
@@ -68,6 +71,11 @@ pub trait Service: Send + Sync + 'static {
     fn runs_inline(&self, _opcode: u16, _body: &[u8]) -> bool {
         false
     }
+    /// The largest client arena this server maps (docs/wire-protocol.md,
+    /// "Shared-memory bulk"); 0: it offers none.
+    fn arena_max(&self) -> usize {
+        0
+    }
     /// The connection is gone and no request of it is still running.
     fn closed(&self, session: &Self::Session);
 }
@@ -88,6 +96,9 @@ struct Job<S: Service> {
     writer: Arc<Mutex<TcpStream>>,
     frame: Frame,
     received: Instant,
+    /// The connection's arena (if its client attached one) and the server's door.
+    arena: Arc<ConnArena>,
+    door: Option<Arc<Door>>,
 }
 
 type JobBox = Box<dyn FnOnce() + Send>;
@@ -130,6 +141,16 @@ impl Server {
                     })?,
             );
         }
+        let door = match service.arena_max() {
+            0 => None,
+            max => match Door::open(max, stop.clone()) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    tracing::warn!("no shared-memory bulk (the arena door cannot open: {e})");
+                    None
+                }
+            },
+        };
         let (s2, c2, tx2) = (stop.clone(), conns.clone(), pool_tx.clone());
         let limits =
             PeerLimits::local_root_counts_only_in_total(HANDSHAKING_TOTAL, HANDSHAKING_PER_PEER);
@@ -164,10 +185,10 @@ impl Server {
                                 g.retain(|s: &TcpStream| s.peer_addr().is_ok());
                                 g.push(c);
                             }
-                            let (svc, tx) = (service.clone(), tx2.clone());
+                            let (svc, tx, door) = (service.clone(), tx2.clone(), door.clone());
                             let _ = std::thread::Builder::new()
                                 .name(format!("conn {peer}"))
-                                .spawn(move || connection(stream, peer, admitted, svc, tx));
+                                .spawn(move || connection(stream, peer, admitted, svc, tx, door));
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                             std::thread::sleep(Duration::from_millis(20));
@@ -292,6 +313,7 @@ fn connection<S: Service>(
     admitted: Admitted,
     service: Arc<S>,
     pool: Sender<JobBox>,
+    door: Option<Arc<Door>>,
 ) {
     // However this thread ends (a return, or a panic unwinding), the socket is shut
     // down: the accept thread holds a clone of it, so merely dropping ours would leave
@@ -350,6 +372,7 @@ fn connection<S: Service>(
         service: service.clone(),
         session,
     });
+    let arena = Arc::new(ConnArena::default());
     // Buffered: a small request arrives in one read; bulk data bypasses the buffer.
     let mut input = BufReader::with_capacity(64 << 10, &stream);
     loop {
@@ -366,6 +389,8 @@ fn connection<S: Service>(
             writer: writer.clone(),
             frame,
             received: Instant::now(),
+            arena: arena.clone(),
+            door: door.clone(),
         };
         if service.runs_inline(job.frame.header.opcode, job.frame.body()) {
             run_job(service.clone(), job);
@@ -387,7 +412,12 @@ fn run_job<S: Service>(service: Arc<S>, job: Job<S>) {
         Err(Errno::ETIMEDOUT)
     } else {
         let (buf, start) = job.frame.into_parts();
-        match Request::decode_at(h.opcode, buf, start) {
+        match decode(h.opcode, buf, start, &job.arena, job.door.as_deref()) {
+            Err(Decoded::Answer(r)) => r,
+            Err(Decoded::Invalid(e)) => {
+                tracing::debug!("undecodable request (opcode {}): {e}", h.opcode);
+                Err(Errno::EPROTO)
+            }
             Ok(Request::HelloReq(_)) => Err(Errno::EPROTO),
             Ok(req) => {
                 let name = req.name();
@@ -397,13 +427,53 @@ fn run_job<S: Service>(service: Arc<S>, job: Job<S>) {
                 }
                 r
             }
-            Err(e) => {
-                tracing::debug!("undecodable request (opcode {}): {e}", h.opcode);
-                Err(Errno::EPROTO)
-            }
         }
     };
     write_reply(&job.writer, h, reply);
+}
+
+/// A request the wire layer answers itself, or one that does not decode.
+enum Decoded {
+    Answer(Result<Reply, Errno>),
+    Invalid(crate::codec::WireError),
+}
+
+/// Decode a request frame's body. The arena requests become the requests a service
+/// knows, their bulk in the connection's arena: `WriteArena` a `Write`, `ReadArena` a
+/// `ReadInto`; `ArenaOffer` is answered here.
+fn decode(
+    opcode: u16,
+    buf: Vec<u8>,
+    start: usize,
+    arena: &Arc<ConnArena>,
+    door: Option<&Door>,
+) -> Result<Request, Decoded> {
+    let body = buf.get(start..).unwrap_or_default();
+    match opcode {
+        ArenaOfferReq::OP => {
+            ArenaOfferReq::from_bytes(body).map_err(Decoded::Invalid)?;
+            let r = match door {
+                Some(door) => door.offer(arena).map(|o| Reply::of(&o)),
+                None => Err(Errno::EOPNOTSUPP),
+            };
+            Err(Decoded::Answer(r))
+        }
+        WriteArenaReq::OP => {
+            let r = WriteArenaReq::from_bytes(body).map_err(Decoded::Invalid)?;
+            let slice = arena
+                .slice(r.arena_off, r.len)
+                .map_err(|e| Decoded::Answer(Err(e)))?;
+            Ok(Request::Write(r.write, BulkBody::in_arena(slice)))
+        }
+        ReadArenaReq::OP => {
+            let r = ReadArenaReq::from_bytes(body).map_err(Decoded::Invalid)?;
+            let slice = arena
+                .slice(r.arena_off, r.read.len)
+                .map_err(|e| Decoded::Answer(Err(e)))?;
+            Ok(Request::ReadInto(r.read, slice))
+        }
+        _ => Request::decode_at(opcode, buf, start).map_err(Decoded::Invalid),
+    }
 }
 
 /// One request's handler, a panic in it caught: the request is answered EIO and the
@@ -450,7 +520,6 @@ mod tests {
     use super::*;
     use crate::conn::Endpoint;
     use crate::messages::{ServerStatusReply, ServerStatusReq};
-    use crate::PROTOCOL_VERSION;
 
     /// A service whose handler panics on every other request: inline (on the
     /// connection's thread) or in the pool, as `inline` says.
@@ -461,13 +530,8 @@ mod tests {
 
     impl Service for Panicky {
         type Session = ();
-        fn hello(&self, _req: &HelloReq, _peer: SocketAddr) -> Result<(HelloReply, ()), Errno> {
-            let reply = HelloReply {
-                version: PROTOCOL_VERSION,
-                server_index: 0,
-                server_count: 1,
-            };
-            Ok((reply, ()))
+        fn hello(&self, _r: &HelloReq, _p: SocketAddr) -> Result<(HelloReply, ()), Errno> {
+            crate::testkit::accept_hello()
         }
         fn handle(&self, _s: &(), _req: Request) -> Result<Reply, Errno> {
             if self.calls.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
@@ -499,14 +563,7 @@ mod tests {
             });
             // One worker: a worker that died with its job would leave none.
             let mut server = Server::start(listener, service, 1).unwrap();
-            let hello = HelloReq {
-                version_min: PROTOCOL_VERSION,
-                version_max: PROTOCOL_VERSION,
-                role: 0,
-                instance: 0,
-                credential: Vec::new(),
-                peer_name: "test".into(),
-            };
+            let hello = crate::testkit::hello();
             let ep = Endpoint::new(
                 addr.to_string(),
                 hello,

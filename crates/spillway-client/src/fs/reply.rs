@@ -136,7 +136,7 @@ impl SpillwayFs {
         }
     }
 
-    pub(super) fn data(reply: ReplyData, r: R<Vec<u8>>) {
+    pub(super) fn data(reply: ReplyData, r: R<impl std::ops::Deref<Target = [u8]>>) {
         match r {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(fe(e)),

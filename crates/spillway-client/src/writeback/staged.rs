@@ -3,11 +3,13 @@
 //! they overlap. Kept apart: it is byte arithmetic alone (what a merge takes and must
 //! charge to the grant), tested against a flat model without any server.
 
+use spillway_wire::Payload;
+
 /// Bytes gathered for one write RPC: contiguous, within one stripe, and all charged to
 /// the grant of session `epoch` of the stripe's server.
 pub(super) struct Staged {
     pub offset: u64,
-    pub data: Vec<u8>,
+    pub data: Payload,
     pub epoch: u64,
 }
 
@@ -50,7 +52,7 @@ mod tests {
     fn staged(offset: u64, data: &[u8]) -> Staged {
         Staged {
             offset,
-            data: data.to_vec(),
+            data: Payload::Heap(data.to_vec()),
             epoch: 1,
         }
     }
@@ -71,7 +73,7 @@ mod tests {
         let mut s = staged(10, b"abc");
         assert!(s.merge(13, b"def", 100));
         assert!(s.merge(16, b"g", 100));
-        assert_eq!(s.data, b"abcdefg");
+        assert_eq!(&*s.data, b"abcdefg");
         assert_eq!(s.offset, 10);
     }
 
@@ -79,11 +81,11 @@ mod tests {
     fn overlaps_take_the_newest_bytes() {
         let mut s = staged(0, b"aaaaaa");
         assert!(s.merge(2, b"BB", 100));
-        assert_eq!(s.data, b"aaBBaa");
+        assert_eq!(&*s.data, b"aaBBaa");
         assert!(s.merge(4, b"CCCC", 100));
-        assert_eq!(s.data, b"aaBBCCCC");
+        assert_eq!(&*s.data, b"aaBBCCCC");
         assert!(s.merge(0, b"D", 100));
-        assert_eq!(s.data, b"DaBBCCCC");
+        assert_eq!(&*s.data, b"DaBBCCCC");
     }
 
     #[test]
@@ -122,7 +124,7 @@ mod tests {
                 model[at..at + len].fill(byte);
             }
         }
-        assert_eq!(s.data, model);
+        assert_eq!(&*s.data, model);
         assert_eq!(s.offset, 1000);
     }
 }

@@ -325,6 +325,38 @@ impl DataStore {
         Ok(buf)
     }
 
+    /// `read` into `into` (a client's arena: `into.len()` bytes asked): the bytes
+    /// read, fewer past the stripe's stored end. The kernel copies straight into the
+    /// client's memory; no buffer of the server's in between.
+    pub(crate) fn read_into(
+        &self,
+        ino: InodeNo,
+        stripe: u64,
+        offset: u32,
+        into: &mut [u8],
+    ) -> StoreResult<u32> {
+        let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
+        let Some(stripe_len) = self.map().len(ino, stripe) else {
+            return Ok(0);
+        };
+        let n = stripe_len
+            .saturating_sub(u64::from(offset))
+            .min(into.len() as u64) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let f = match self.file(ino, stripe, false) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        let got = read_full(&f, u64::from(offset), &mut into[..n])?;
+        self.counters
+            .bytes_read
+            .fetch_add(got as u64, Ordering::Relaxed);
+        Ok(got as u32)
+    }
+
     /// Fill `[offset, offset+len)` of a stripe from `src` at `src_offset` (a stage-in):
     /// room is reserved first (ENOSPC with nothing written), the bytes move inside the
     /// kernel where it can. Returns the bytes copied: fewer than `len` means `src`
@@ -555,6 +587,21 @@ fn read_into_new(f: &File, offset: u64, n: usize) -> std::io::Result<Vec<u8>> {
         }
     }
     Ok(buf)
+}
+
+/// Read `buf.len()` bytes of `f` at `offset` into `buf`, fewer where the file ends
+/// first: the bytes read.
+fn read_full(f: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0usize;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// Index every stripe file under `dir`. Names this server did not write are logged and

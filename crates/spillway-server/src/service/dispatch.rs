@@ -9,8 +9,8 @@ use crate::stage::Stages;
 use spillway_types::Errno;
 use spillway_wire::serve::Reply;
 use spillway_wire::{
-    AttrReply, BytesReply, Empty, FragmentListReply, LookupReply, NamesReply, ReadDirReply,
-    Request, StatFsReply, StripeInfoReply, WriteReply,
+    AttrReply, BytesReply, Empty, FragmentListReply, LookupReply, NamesReply, ReadArenaReply,
+    ReadDirReply, Request, StatFsReply, StripeInfoReply, WriteReply,
 };
 use std::time::Instant;
 
@@ -136,6 +136,15 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
             empty()
         }
         Request::Read(r) => Reply::bulk(f.data.read(r.ino, r.stripe, r.offset, r.len)?),
+        Request::ReadInto(r, mut into) => Reply::of(&ReadArenaReply {
+            len: f
+                .data
+                .read_into(r.ino, r.stripe, r.offset, into.as_mut_slice())?,
+        }),
+        // Turned into Write and ReadInto, or answered, by the wire layer (serve.rs).
+        Request::ArenaOfferReq(_) | Request::WriteArenaReq(_) | Request::ReadArenaReq(_) => {
+            return Err(fs(Errno::EPROTO))
+        }
         Request::TruncateDataReq(r) => {
             f.data.truncate(r.ino, r.size, r.stripe_size)?;
             // Before the reply: the home's SetAttr answer then has the new st_blocks.

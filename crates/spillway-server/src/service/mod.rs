@@ -27,6 +27,8 @@ pub(crate) struct SpillwayService {
     stages: Arc<Stages>,
     admin_key: Vec<u8>,
     munge: spillway_munge::Munge,
+    /// The largest client arena mapped (tunable `arena_max`; 0: none offered).
+    arena_max: usize,
 }
 
 impl SpillwayService {
@@ -35,12 +37,14 @@ impl SpillwayService {
         stages: Arc<Stages>,
         admin_key: Vec<u8>,
         munge: spillway_munge::Munge,
+        arena_max: usize,
     ) -> SpillwayService {
         SpillwayService {
             registry,
             stages,
             admin_key,
             munge,
+            arena_max,
         }
     }
 
@@ -151,6 +155,10 @@ impl Service for SpillwayService {
         }
     }
 
+    fn arena_max(&self) -> usize {
+        self.arena_max
+    }
+
     fn handle(&self, session: &Session, req: Request) -> Result<Reply, Errno> {
         let r = match session {
             Session::Admin => dispatch::admin(&self.registry, &self.stages, req),
@@ -165,11 +173,15 @@ impl Service for SpillwayService {
         // cache, and one client's stream of writes to a stripe file never has several
         // workers queueing on that file's lock. A client keeps many writes in flight,
         // so the connection stays busy; other clients have their own connections.
-        if opcode == WriteReq::OP {
+        if opcode == WriteReq::OP || opcode == WriteArenaReq::OP {
             return true;
         }
         if opcode == ReadReq::OP {
             return ReadReq::from_bytes(body).is_ok_and(|r| r.len as usize <= INLINE_DATA_MAX);
+        }
+        if opcode == ReadArenaReq::OP {
+            return ReadArenaReq::from_bytes(body)
+                .is_ok_and(|r| r.read.len as usize <= INLINE_DATA_MAX);
         }
         // Metadata requests answered from this fragment's SQLite store alone (which
         // serialises them anyway). Not: large data I/O, syncs of data, and anything

@@ -1,0 +1,288 @@
+//! The arena end to end over real sockets: a server with a door, a client endpoint
+//! with an arena, requests whose bulk goes through shared memory; and the door's
+//! refusals of what a stranger or a hostile client sends.
+
+use super::door::send_token_and_fd;
+use super::*;
+use crate::codec::Wire;
+use crate::conn::{Conn, Endpoint, OwnedCall};
+use crate::messages::*;
+use crate::serve::{Reply, Server, Service};
+use spillway_types::{Errno, InodeNo};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Answers a write with its length (recording its offset, checksum and whether it
+/// came through the arena) after `delay`; fills a read with `offset as u8`.
+struct Sink {
+    seen: Mutex<Vec<(u32, u64, bool)>>,
+    delay_ms: AtomicU64,
+}
+
+impl Service for Sink {
+    type Session = ();
+    fn hello(&self, _r: &HelloReq, _p: SocketAddr) -> Result<(HelloReply, ()), Errno> {
+        crate::testkit::accept_hello()
+    }
+    fn handle(&self, _s: &(), req: Request) -> Result<Reply, Errno> {
+        std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::SeqCst)));
+        match req {
+            Request::Write(w, bulk) => {
+                let sum = bulk.data().iter().map(|b| u64::from(*b)).sum();
+                let via = bulk.arena.is_some();
+                self.seen.lock().unwrap().push((w.offset, sum, via));
+                Ok(Reply::of(&WriteReply {
+                    written: bulk.data().len() as u32,
+                    grant_epoch: 0,
+                    granted: 0,
+                }))
+            }
+            Request::ReadInto(r, mut into) => {
+                let n = (r.len / 2) as usize;
+                into.as_mut_slice()[..n].fill(r.offset as u8);
+                Ok(Reply::of(&ReadArenaReply { len: n as u32 }))
+            }
+            Request::Read(r) => Ok(Reply::bulk(vec![r.offset as u8; (r.len / 2) as usize])),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+    fn arena_max(&self) -> usize {
+        64 << 20
+    }
+    fn closed(&self, _s: &()) {}
+}
+
+fn server(delay_ms: u64) -> (Server, SocketAddr, Arc<Sink>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sink = Arc::new(Sink {
+        seen: Mutex::new(Vec::new()),
+        delay_ms: AtomicU64::new(delay_ms),
+    });
+    (
+        Server::start(listener, sink.clone(), 4).unwrap(),
+        addr,
+        sink,
+    )
+}
+
+fn hello() -> HelloReq {
+    crate::testkit::hello()
+}
+
+fn endpoint(addr: SocketAddr, arena: &Arc<Arena>, deadline: Duration) -> Arc<Endpoint> {
+    Arc::new(
+        Endpoint::new(addr.to_string(), hello(), deadline, Duration::from_secs(5))
+            .with_arena(arena.clone()),
+    )
+}
+
+fn write_req(offset: u32) -> WriteReq {
+    WriteReq {
+        ino: InodeNo(1),
+        stripe: 0,
+        offset,
+        sync: false,
+        grant_epoch: 0,
+        charged: 0,
+    }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(10), "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn writes_and_reads_go_through_the_arena_whole_and_give_their_slots_back() {
+    let (mut srv, addr, sink) = server(0);
+    let arena = Arena::create(8 << 20, 1 << 20).unwrap();
+    let ep = endpoint(addr, &arena, Duration::from_secs(10));
+    assert!(ep.conn().unwrap().arena().is_some(), "attached");
+    let calls: Vec<_> = (0..16u32)
+        .map(|i| {
+            let mut p = match ep.arena_buf() {
+                Some(b) => Payload::Arena(b),
+                None => Payload::Heap(Vec::new()), // all 8 slots in flight
+            };
+            p.extend_from_slice(&vec![(i + 1) as u8; 1 << 20]);
+            OwnedCall::queue(&ep, &write_req(i), p)
+        })
+        .collect();
+    for (i, c) in calls.into_iter().enumerate() {
+        let (r, _) = c.wait();
+        assert_eq!(r.unwrap().written, 1 << 20, "write {i}");
+    }
+    let seen = sink.seen.lock().unwrap().clone();
+    for i in 0..16u32 {
+        let want = u64::from(i + 1) << 20;
+        assert!(
+            seen.iter().any(|&(o, sum, _)| o == i && sum == want),
+            "write {i} arrived whole"
+        );
+    }
+    let via = seen.iter().filter(|s| s.2).count();
+    assert!(via >= 8, "{via} of 16 writes through the arena");
+    assert_eq!(arena.free_slots(), 8, "every slot back");
+
+    let reads: Vec<_> = (1..=3u32)
+        .map(|i| {
+            ep.start_read(&ReadReq {
+                ino: InodeNo(1),
+                stripe: 0,
+                offset: i,
+                len: 4096,
+            })
+        })
+        .collect();
+    for (i, r) in (1..=3u32).zip(reads) {
+        let data = r.wait().unwrap();
+        assert!(data.is_arena(), "read {i} came through the arena");
+        assert_eq!(&*data, &vec![i as u8; 2048][..], "read {i}");
+    }
+    wait_for("read slots back", || arena.free_slots() == 8);
+    srv.stop();
+}
+
+/// A call that ends without a reply (here: its deadline passes while the server is
+/// still at it) keeps its slot out of use until the server cannot touch it any more:
+/// the connection gone and the request finished.
+#[test]
+fn a_slot_without_a_reply_is_reused_only_after_the_server_lets_go() {
+    let (mut srv, addr, sink) = server(1500);
+    let arena = Arena::create(2 << 20, 1 << 20).unwrap();
+    let ep = endpoint(addr, &arena, Duration::from_millis(300));
+    ep.conn().unwrap();
+    let mut p = Payload::Arena(ep.arena_buf().unwrap());
+    p.extend_from_slice(&[7u8; 4096]);
+    let (r, back) = OwnedCall::queue(&ep, &write_req(0), p).wait();
+    assert_eq!(r.unwrap_err(), Errno::ETIMEDOUT);
+    assert!(back.is_empty(), "the slot stays with the link");
+    drop(back);
+    assert_eq!(
+        arena.free_slots(),
+        1,
+        "held while the server may still read it"
+    );
+    ep.disconnect();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(arena.free_slots(), 1, "the request is still running");
+    wait_for("the slot comes back", || arena.free_slots() == 2);
+    assert_eq!(sink.seen.lock().unwrap().len(), 1);
+    srv.stop();
+}
+
+/// A raw connection's `ArenaOffer`.
+fn offer(conn: &Conn) -> Result<ArenaOfferReply, crate::conn::CallError> {
+    let t = conn.send_raw(
+        ArenaOfferReq::OP,
+        &ArenaOfferReq {}.to_bytes(),
+        &[],
+        Duration::from_secs(5),
+    )?;
+    let body = conn.wait_reply(&t, Instant::now() + Duration::from_secs(5))?;
+    Ok(ArenaOfferReply::from_bytes(&body).unwrap())
+}
+
+/// Knock at the door with `token` and `fd`: the one-byte answer (0: attached).
+fn knock(o: &ArenaOfferReply, token: &[u8], fd: &std::os::fd::OwnedFd) -> u8 {
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(&o.door).unwrap();
+    let s = UnixStream::connect_addr(&addr).unwrap();
+    send_token_and_fd(&s, token, fd).unwrap();
+    let mut b = [0u8; 1];
+    (&s).read_exact(&mut b).unwrap();
+    b[0]
+}
+
+fn raw_conn(addr: SocketAddr) -> std::sync::Arc<Conn> {
+    Conn::connect(&addr.to_string(), &hello(), Duration::from_secs(5)).unwrap()
+}
+
+#[test]
+fn the_door_refuses_wrong_tokens_used_tokens_and_memory_that_could_fault_the_server() {
+    let (mut srv, addr, _sink) = server(0);
+    let arena = Arena::create(1 << 20, 1 << 20).unwrap();
+    let conn = raw_conn(addr);
+    let o = offer(&conn).unwrap();
+    assert_eq!(o.pid, std::process::id());
+    assert_eq!(o.token.len(), 32);
+
+    // A stranger without the token.
+    let eacces = Errno::EACCES.0 as u8;
+    assert_eq!(knock(&o, &[0u8; 32], arena.fd()), eacces, "a guessed token");
+
+    // An unsealed memfd (it could shrink under the server's mapping).
+    let raw = unsafe { libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC) };
+    let unsealed = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    assert_eq!(unsafe { libc::ftruncate(raw, 1 << 20) }, 0);
+    assert_eq!(knock(&o, &o.token, &unsealed), Errno::EINVAL.0 as u8);
+    // The token was spent on that attempt.
+    assert_eq!(knock(&o, &o.token, arena.fd()), eacces, "a used token");
+
+    // A fresh token with a proper arena attaches; a second offer on the same
+    // connection is refused.
+    let o2 = offer(&conn).unwrap();
+    assert_eq!(knock(&o2, &o2.token, arena.fd()), 0);
+    assert!(matches!(
+        offer(&conn),
+        Err(crate::conn::CallError::Remote(Errno::EEXIST))
+    ));
+    // Another connection cannot use this connection's token.
+    let other = raw_conn(addr);
+    assert_eq!(knock(&o2, &o2.token, arena.fd()), eacces);
+    drop(other);
+    srv.stop();
+}
+
+#[test]
+fn arena_requests_without_an_arena_or_outside_it_are_refused() {
+    let (mut srv, addr, sink) = server(0);
+    let arena = Arena::create(1 << 20, 1 << 20).unwrap();
+    let call = |conn: &Conn, off: u64, len: u32| {
+        let body = WriteArenaReq {
+            write: write_req(0),
+            arena_off: off,
+            len,
+        }
+        .to_bytes();
+        let t = conn
+            .send_raw(WriteArenaReq::OP, &body, &[], Duration::from_secs(5))
+            .unwrap();
+        conn.wait_reply(&t, Instant::now() + Duration::from_secs(5))
+    };
+    let bare = raw_conn(addr);
+    assert!(matches!(
+        call(&bare, 0, 10),
+        Err(crate::conn::CallError::Remote(Errno::EPROTO))
+    ));
+    let conn = raw_conn(addr);
+    let o = offer(&conn).unwrap();
+    assert_eq!(knock(&o, &o.token, arena.fd()), 0);
+    for (off, len) in [
+        (0, (1 << 20) + 1),
+        (1 << 20, 1),
+        (u64::MAX, 2),
+        (u64::MAX - 1, 0),
+    ] {
+        assert!(
+            matches!(
+                call(&conn, off, len),
+                Err(crate::conn::CallError::Remote(Errno::EINVAL))
+            ),
+            "{off}+{len}"
+        );
+    }
+    assert!(
+        call(&conn, (1 << 20) - 10, 10).is_ok(),
+        "the arena's last bytes"
+    );
+    assert_eq!(sink.seen.lock().unwrap().len(), 1);
+    srv.stop();
+}

@@ -1,0 +1,190 @@
+"""Shared-memory bulk (issue 17; docs/wire-protocol.md, "Shared-memory bulk").
+
+A mount whose servers run on its own host hands each server connection a sealed memfd
+(its *arena*) through the server's *door*, an abstract Unix socket any local user can
+reach; write and read data then travel through that memory instead of TCP. What this
+must never give a hostile local user, tried as one (an unprivileged test user):
+
+- the door without a token from an authenticated connection: nothing (EACCES), and
+  the server and the mount go on serving;
+- strangers holding the door open: they cost the door its threads for 2 s at most, and
+  the mount's I/O goes on;
+- another user's bytes: the arena lives in the mount's (root) process and the servers;
+  /proc/<pid>/map_files and /proc/<pid>/fd of those are closed to other users.
+
+And the data path: what a mount writes through the arena reads back the same after the
+caches are dropped; the servers map the arena only where they share the mount's host
+(the same network namespace), never across `--netns` hosts.
+"""
+import errno
+import fcntl
+import os
+import socket
+import threading
+import time
+
+import spwhelpers as H
+
+MiB = 1 << 20
+
+
+def server_pids(cluster):
+    return [p for p in H.pids_mentioning(cluster.dir) if b"server" in H.cmdline(p)]
+
+
+def mount_pids(cluster):
+    return [p for p in H.pids_mentioning(cluster.mnt) if b"mount" in H.cmdline(p)]
+
+
+def maps_arena(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return "spillway-arena" in f.read()
+
+
+def doors():
+    """Abstract socket names of the arena doors on this host (from /proc/net/unix)."""
+    names = set()
+    with open("/proc/net/unix") as f:
+        for line in f.read().splitlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 8 and parts[7].startswith("@spillway-arena-"):
+                names.add(parts[7][1:])
+    return sorted(names)
+
+
+def patterned(n, seed):
+    return bytes((i * 7 + seed) % 251 for i in range(n))
+
+
+def test_data_through_the_arena_reads_back_the_same(cluster):
+    data = os.urandom(24 * MiB) + patterned(12345, 3)
+    path = os.path.join(cluster.mnt, "arena-data")
+    H.write_file(path, data, fsync=True)
+    # Small writes gathered into runs, and a write-only open (around the page cache).
+    small = os.path.join(cluster.mnt, "arena-small")
+    fd = os.open(small, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    for i in range(500):
+        os.write(fd, patterned(1000 + i, i))
+    os.close(fd)
+    H.drop_file_cache(path)
+    H.drop_file_cache(small)
+    assert H.read_file(path) == data
+    assert H.read_file(small) == b"".join(patterned(1000 + i, i) for i in range(500))
+    servers = server_pids(cluster)
+    assert len(servers) == 2, servers
+    assert all(maps_arena(p) for p in servers), "every server on this host maps the arena"
+    assert any(maps_arena(p) for p in mount_pids(cluster))
+
+
+def test_a_stranger_at_the_door_gets_nothing_and_the_mount_goes_on(cluster, user, as_user):
+    path = os.path.join(cluster.mnt, "arena-door")
+    H.write_file(path, patterned(3 * MiB, 1))
+    names = doors()
+    assert names, "the servers' doors are listed in /proc/net/unix"
+
+    def knock(names):
+        out = []
+        for name in names:
+            # A sealed memfd of our own with a guessed token.
+            fd = os.memfd_create("mine", os.MFD_ALLOW_SEALING)
+            os.ftruncate(fd, MiB)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect("\0" + name)
+            socket.send_fds(s, [os.urandom(32)], [fd])
+            out.append(s.recv(1))
+            s.close()
+            # Bytes without a descriptor, and then silence until the door gives up.
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect("\0" + name)
+            s.sendall(os.urandom(32))
+            out.append(s.recv(1))
+            s.close()
+            os.close(fd)
+        return out
+
+    answers = as_user(user.uid, user.gid, knock, names)
+    for a in answers:
+        assert a in (bytes([errno.EACCES]), bytes([errno.EPROTO]), b""), answers
+    assert bytes([errno.EACCES]) in answers, "a guessed token is refused"
+
+    def hold(names, n, seconds):
+        socks = []
+        for name in names:
+            for _ in range(n):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.connect("\0" + name)
+                    socks.append(s)
+                except OSError:
+                    s.close()
+        # Meanwhile the mount's reads and writes go on (run by the parent).
+        time.sleep(seconds)
+        closed = 0
+        for s in socks:
+            # Shown out: at most an answer byte, then the end of the stream.
+            s.settimeout(0.2)
+            try:
+                while s.recv(16):
+                    pass
+                closed += 1
+            except (socket.timeout, OSError):
+                pass
+            s.close()
+        return len(socks), closed
+
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=as_user(user.uid, user.gid, hold, names, 40, 3.0)))
+    t.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    H.drop_file_cache(path)
+    assert H.read_file(path) == patterned(3 * MiB, 1)
+    H.write_file(os.path.join(cluster.mnt, "arena-door-2"), patterned(2 * MiB, 2), fsync=True)
+    assert time.monotonic() - started < 10, "the mount's I/O went on during the flood"
+    t.join(30)
+    opened, closed = result["r"]
+    assert opened > 0
+    assert closed == opened, f"every idle stranger was shown out ({closed} of {opened})"
+
+
+def test_no_other_user_reaches_the_arenas_memory(cluster, user, as_user):
+    H.write_file(os.path.join(cluster.mnt, "arena-secret"), b"secret " * 100000)
+    pids = server_pids(cluster) + mount_pids(cluster)
+    assert pids
+
+    def peek(pids):
+        refused = 0
+        tried = 0
+        for pid in pids:
+            for d in (f"/proc/{pid}/map_files", f"/proc/{pid}/fd"):
+                tried += 1
+                try:
+                    for name in os.listdir(d):
+                        target = os.path.join(d, name)
+                        with open(target, "rb") as f:
+                            if b"secret" in f.read(1 << 20):
+                                return "read the arena through " + target
+                except PermissionError:
+                    refused += 1
+        return refused, tried
+
+    r = as_user(user.uid, user.gid, peek, pids)
+    assert r == (len(pids) * 2, len(pids) * 2), r
+
+
+def test_servers_on_another_host_never_map_the_arena(clusters):
+    c = clusters(netns=True)
+    data = os.urandom(6 * MiB)
+    path = os.path.join(c.mnt, "across")
+    H.write_file(path, data, fsync=True)
+    H.drop_file_cache(path)
+    assert H.read_file(path) == data
+    servers = server_pids(c)
+    assert servers
+    mine = H.netns_of(os.getpid())
+    for p in servers:
+        assert H.netns_of(p) != mine, "the servers run in their own namespaces"
+        assert not maps_arena(p), f"server {p} maps an arena across hosts"
