@@ -34,10 +34,10 @@ mod staged;
 
 use crate::grants::Grants;
 use spillway_placement::Layout;
+use spillway_stubs::Payload;
 use spillway_stubs::{Charge, Instance, PendingWrite};
 use spillway_types::{Attr, Errno, InodeNo, ServerIndex, StripeIndex, Tunables};
 use spillway_wire::messages::{setattr, SetAttrReq};
-use spillway_wire::Payload;
 use staged::Staged;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};

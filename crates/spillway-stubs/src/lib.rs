@@ -19,4 +19,7 @@ pub mod sparse;
 pub mod write;
 
 pub use instance::Instance;
+/// The buffer a write's or a read's bytes live in: the heap, or a slot of the client's
+/// shared-memory arena (docs/wire-protocol.md, "Shared-memory bulk").
+pub use spillway_wire::Payload;
 pub use write::{Charge, PendingWrite};

@@ -3,9 +3,10 @@
 //! the callers themselves (see `Conn`). An `Endpoint` owns the connection to one server
 //! and reconnects when it breaks (a restarted server), resending what is safe to resend.
 
+mod attach;
 mod sendq;
 
-use crate::arena::{door, Arena, ArenaBuf, ArenaLink, Payload};
+use crate::arena::{Arena, ArenaBuf, ArenaLink, Payload};
 use crate::codec::Wire;
 use crate::frame::{read_frame, FrameHeader, FrameKind, HEADER_LEN};
 use crate::messages::{Call, HelloReply, HelloReq, ReadArenaReply, ReadArenaReq, ReadReq};
@@ -586,7 +587,7 @@ impl Endpoint {
                 Ok(c) => {
                     if let Some(arena) = &self.arena {
                         let wait = self.deadline.min(Duration::from_secs(10));
-                        match door::attach(&c, arena, wait) {
+                        match attach::attach(&c, arena, wait) {
                             Ok(link) => {
                                 let _ = c.arena.set(link);
                                 tracing::debug!(addr = %self.addr, "bulk through shared memory");

@@ -6,7 +6,8 @@
 //! * `frame`   — the 20-byte frame header and frame reading with a size limit.
 //! * `messages`— every request and reply, with its opcode.
 //! * `conn`    — a client connection: many calls in flight, each with a deadline.
-//!   (`conn/sendq` — its send queue: write-behind frames written by a thread of its own.)
+//!   (`conn/sendq` — its send queue: write-behind frames written by a thread of its own;
+//!   `conn/attach` — attaching the client's arena to a new connection.)
 //! * `serve`   — the server side: handshake, dispatch to a worker pool, replies.
 //! * `arena`   — shared-memory bulk between a client and a server on one host.
 
@@ -19,6 +20,11 @@ pub mod conn;
 pub mod frame;
 pub mod messages;
 pub mod serve;
+// The arena end to end (door, connections, a server), beside the parts it joins.
+#[cfg(test)]
+// Tests: raw syscalls on descriptors they made themselves.
+#[allow(clippy::undocumented_unsafe_blocks)]
+mod arena_tests;
 #[cfg(test)]
 mod testkit;
 

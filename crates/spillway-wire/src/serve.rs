@@ -7,7 +7,8 @@ use crate::arena::door::{ConnArena, Door};
 use crate::codec::{BulkBody, Wire};
 use crate::frame::{read_frame, write_parts, Frame, FrameHeader, FrameKind};
 use crate::messages::{
-    ArenaOfferReq, Call, HelloReply, HelloReq, ReadArenaReq, Request, WriteArenaReq,
+    ArenaOfferReply, ArenaOfferReq, Call, HelloReply, HelloReq, ReadArenaReq, Request,
+    WriteArenaReq,
 };
 use crossbeam_channel::{bounded, Receiver, Sender};
 use spillway_types::peer::{Admitted, Peer, PeerLimits, PeerLookup, Refusal, Throttle};
@@ -453,7 +454,16 @@ fn decode(
         ArenaOfferReq::OP => {
             ArenaOfferReq::from_bytes(body).map_err(Decoded::Invalid)?;
             let r = match door {
-                Some(door) => door.offer(arena).map(|o| Reply::of(&o)),
+                Some(door) => door.offer(arena).map(|o| {
+                    Reply::of(&ArenaOfferReply {
+                        boot_id: o.host.boot_id,
+                        netns_dev: o.host.netns.0,
+                        netns_ino: o.host.netns.1,
+                        door: o.door,
+                        pid: o.pid,
+                        token: o.token.to_vec(),
+                    })
+                }),
                 None => Err(Errno::EOPNOTSUPP),
             };
             Err(Decoded::Answer(r))

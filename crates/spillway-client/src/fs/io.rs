@@ -9,7 +9,7 @@ use spillway_wire::messages::{setattr, SetAttrReq};
 impl SpillwayFs {
     /// Read from the servers. This client's unsent writes go first, and the file is at
     /// least as long as what it wrote.
-    pub(super) fn do_read(&self, i: InodeNo, offset: u64, size: u32) -> R<spillway_wire::Payload> {
+    pub(super) fn do_read(&self, i: InodeNo, offset: u64, size: u32) -> R<spillway_stubs::Payload> {
         let (attr, wb) = {
             let nodes = self.t.nodes();
             let n = nodes.get(&i).ok_or(Errno::EBADF)?;

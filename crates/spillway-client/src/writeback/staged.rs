@@ -3,7 +3,7 @@
 //! they overlap. Kept apart: it is byte arithmetic alone (what a merge takes and must
 //! charge to the grant), tested against a flat model without any server.
 
-use spillway_wire::Payload;
+use spillway_stubs::Payload;
 
 /// Bytes gathered for one write RPC: contiguous, within one stripe, and all charged to
 /// the grant of session `epoch` of the stripe's server.

@@ -23,9 +23,6 @@
 use super::host::HostId;
 use super::shared::{self, Mapping};
 use super::{Arena, Payload};
-use crate::codec::Wire;
-use crate::conn::Conn;
-use crate::messages::{ArenaOfferReply, ArenaOfferReq, Call};
 use spillway_types::Errno;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -50,6 +47,14 @@ const DOOR_THREADS: usize = 16;
 const DOOR_DEADLINE: Duration = Duration::from_secs(2);
 
 // ---- the server's side ----------------------------------------------------------
+
+/// What a server tells a client about its door (`ArenaOfferReply`).
+pub(crate) struct Offer {
+    pub(crate) host: HostId,
+    pub(crate) door: Vec<u8>,
+    pub(crate) pid: u32,
+    pub(crate) token: Token,
+}
 
 /// The server's door: where clients on its host hand over their arenas.
 pub(crate) struct Door {
@@ -180,8 +185,9 @@ impl Door {
         }
     }
 
-    /// Answer an `ArenaOffer` of the connection whose arena is `cell`.
-    pub(crate) fn offer(&self, cell: &Arc<ConnArena>) -> Result<ArenaOfferReply, Errno> {
+    /// Answer an `ArenaOffer` of the connection whose arena is `cell` (serve.rs puts
+    /// it into an `ArenaOfferReply`).
+    pub(crate) fn offer(&self, cell: &Arc<ConnArena>) -> Result<Offer, Errno> {
         if cell.is_set() {
             return Err(Errno::EEXIST);
         }
@@ -196,13 +202,11 @@ impl Door {
             }
             p.insert(token, (Arc::downgrade(cell), now));
         }
-        Ok(ArenaOfferReply {
-            boot_id: self.host.boot_id.clone(),
-            netns_dev: self.host.netns.0,
-            netns_ino: self.host.netns.1,
+        Ok(Offer {
+            host: self.host.clone(),
             door: self.name.clone(),
             pid: std::process::id(),
-            token: token.to_vec(),
+            token,
         })
     }
 
@@ -286,7 +290,9 @@ impl ArenaLink {
         }
     }
 
-    fn closed(&self) {
+    /// The server's side of the door socket closed: it maps the arena no more, and
+    /// the slots held for it are free.
+    pub(crate) fn closed(&self) {
         let held = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             st.0 = true;
@@ -297,79 +303,19 @@ impl ArenaLink {
         }
     }
 
-    /// Whether `b` lies in this link's arena.
+    /// A link for `arena`, attached (conn/attach.rs), until `closed`.
+    pub(crate) fn new(arena: Arc<Arena>) -> ArenaLink {
+        ArenaLink {
+            arena,
+            state: Mutex::new((false, Vec::new())),
+        }
+    }
+
+    /// Whether `p` lies in a slot of this link's arena.
     pub(crate) fn owns(&self, p: &Payload) -> bool {
         p.arena_buf()
             .is_some_and(|b| Arc::ptr_eq(b.arena(), &self.arena))
     }
-}
-
-/// Attach `arena` to `conn` if its server is on this host and offers arenas; Err says
-/// why not (the connection then carries bulk over the socket, as always).
-pub(crate) fn attach(
-    conn: &Conn,
-    arena: &Arc<Arena>,
-    timeout: Duration,
-) -> Result<Arc<ArenaLink>, String> {
-    let me = HostId::current().ok_or("this host's identity is unknown")?;
-    let ticket = conn
-        .send_raw(
-            ArenaOfferReq::OP,
-            &ArenaOfferReq {}.to_bytes(),
-            &[],
-            timeout,
-        )
-        .map_err(|e| format!("offer not sent: {e:?}"))?;
-    let body = conn
-        .wait_reply(&ticket, Instant::now() + timeout)
-        .map_err(|e| format!("no offer: {e:?}"))?;
-    let offer = ArenaOfferReply::from_bytes(&body).map_err(|e| format!("bad offer: {e}"))?;
-    if offer.boot_id != me.boot_id || (offer.netns_dev, offer.netns_ino) != me.netns {
-        return Err("the server is on another host".into());
-    }
-    let addr = SocketAddr::from_abstract_name(&offer.door).map_err(|e| e.to_string())?;
-    let stream = UnixStream::connect_addr(&addr).map_err(|e| format!("door: {e}"))?;
-    stream.set_read_timeout(Some(timeout)).ok();
-    stream.set_write_timeout(Some(timeout)).ok();
-    let (pid, uid) = peer_cred(&stream).map_err(|e| format!("door's peer: {e}"))?;
-    // SAFETY: geteuid has no memory effects.
-    let me_uid = unsafe { libc::geteuid() };
-    if pid != offer.pid as i32 || (uid != 0 && uid != me_uid) {
-        return Err(format!(
-            "the door is held by pid {pid} uid {uid}, not the server (pid {})",
-            offer.pid
-        ));
-    }
-    send_token_and_fd(&stream, &offer.token, arena.fd()).map_err(|e| format!("door: {e}"))?;
-    let mut answer = [0u8; 1];
-    (&stream)
-        .read_exact(&mut answer)
-        .map_err(|e| format!("door's answer: {e}"))?;
-    if answer[0] != 0 {
-        return Err(format!("refused: {}", Errno(i32::from(answer[0]))));
-    }
-    let link = Arc::new(ArenaLink {
-        arena: arena.clone(),
-        state: Mutex::new((false, Vec::new())),
-    });
-    let watch = link.clone();
-    std::thread::Builder::new()
-        .name("arena-link".into())
-        .spawn(move || {
-            let _ = stream.set_read_timeout(None);
-            let mut b = [0u8; 1];
-            loop {
-                match (&stream).read(&mut b) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-            watch.closed();
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(link)
 }
 
 // ---- descriptors over the door ----------------------------------------------------
@@ -395,7 +341,7 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn peer_cred(s: &UnixStream) -> io::Result<(i32, u32)> {
+pub(crate) fn peer_cred(s: &UnixStream) -> io::Result<(i32, u32)> {
     let mut c = libc::ucred {
         pid: 0,
         uid: 0,

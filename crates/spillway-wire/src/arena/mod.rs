@@ -21,10 +21,6 @@
 pub(crate) mod door;
 pub(crate) mod host;
 pub(crate) mod shared;
-#[cfg(test)]
-// Tests: raw syscalls on descriptors they made themselves.
-#[allow(clippy::undocumented_unsafe_blocks)]
-mod tests;
 
 pub use door::{ArenaLink, ArenaSlice};
 

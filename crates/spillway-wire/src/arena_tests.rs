@@ -2,8 +2,8 @@
 //! with an arena, requests whose bulk goes through shared memory; and the door's
 //! refusals of what a stranger or a hostile client sends.
 
-use super::door::send_token_and_fd;
-use super::*;
+use crate::arena::door::send_token_and_fd;
+use crate::arena::*;
 use crate::codec::Wire;
 use crate::conn::{Conn, Endpoint, OwnedCall};
 use crate::messages::*;
@@ -14,6 +14,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Answers a write with its length (recording its offset, checksum and whether it
