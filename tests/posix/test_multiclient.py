@@ -45,12 +45,12 @@ def test_second_mount_is_a_mount(mounts, cluster):
 
 def test_mounts_get_the_readahead_window(mounts):
     """The kernel caps a FUSE mount's readahead at 128 KiB whatever the file system
-    negotiates; the client sets its device's window to max_readahead (4 MiB)."""
+    negotiates; the client sets its device's window to max_readahead (16 MiB)."""
     for mp in mounts:
         dev = os.stat(mp).st_dev
         knob = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
         with open(knob) as f:
-            assert int(f.read()) == 4096, knob
+            assert int(f.read()) == 16384, knob
 
 
 def test_close_to_open_basic(pair):
