@@ -89,8 +89,8 @@ pub struct Tunables {
     /// Clients: bytes of shared memory (one sealed memfd, in slots of
     /// `writeback_chunk`) through which write and read data travel to and from
     /// servers on this same host, instead of through their TCP connections
-    /// (docs/wire-protocol.md, "Shared-memory bulk"). 0: never. Only the slots in use
-    /// hold memory.
+    /// (docs/wire-protocol.md, "Shared-memory bulk"). 0: never. Memory is taken as
+    /// slots are first used and kept up to the most ever in use at once.
     pub arena_size: usize,
     /// Servers: the largest client arena a server maps (0: it offers none).
     pub arena_max: usize,
