@@ -522,11 +522,7 @@ impl Instance {
                 .into_iter()
                 .next()
                 .map_or(Ok(Payload::default()), |c| c.wait())?;
-            let want = (end - offset) as usize;
-            if data.len() < want {
-                let zeros = vec![0u8; want - data.len()];
-                data.extend_from_slice(&zeros);
-            }
+            data.zero_fill_to((end - offset) as usize);
             return Ok(data);
         }
         let mut out = vec![0u8; (end - offset) as usize];

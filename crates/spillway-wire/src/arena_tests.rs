@@ -7,68 +7,18 @@ use crate::arena::*;
 use crate::codec::Wire;
 use crate::conn::{Conn, Endpoint, OwnedCall};
 use crate::messages::*;
-use crate::serve::{Reply, Server, Service};
+use crate::serve::Server;
+use crate::testkit::{write_req, Sink};
 use spillway_types::{Errno, InodeNo};
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Answers a write with its length (recording its offset, checksum and whether it
-/// came through the arena) after `delay`; fills a read with `offset as u8`.
-struct Sink {
-    seen: Mutex<Vec<(u32, u64, bool)>>,
-    delay_ms: AtomicU64,
-}
-
-impl Service for Sink {
-    type Session = ();
-    fn hello(&self, _r: &HelloReq, _p: SocketAddr) -> Result<(HelloReply, ()), Errno> {
-        crate::testkit::accept_hello()
-    }
-    fn handle(&self, _s: &(), req: Request) -> Result<Reply, Errno> {
-        std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::SeqCst)));
-        match req {
-            Request::Write(w, bulk) => {
-                let sum = bulk.data().iter().map(|b| u64::from(*b)).sum();
-                let via = bulk.arena.is_some();
-                self.seen.lock().unwrap().push((w.offset, sum, via));
-                Ok(Reply::of(&WriteReply {
-                    written: bulk.data().len() as u32,
-                    grant_epoch: 0,
-                    granted: 0,
-                }))
-            }
-            Request::ReadInto(r, mut into) => {
-                let n = (r.len / 2) as usize;
-                into.as_mut_slice()[..n].fill(r.offset as u8);
-                Ok(Reply::of(&ReadArenaReply { len: n as u32 }))
-            }
-            Request::Read(r) => Ok(Reply::bulk(vec![r.offset as u8; (r.len / 2) as usize])),
-            _ => Err(Errno::EINVAL),
-        }
-    }
-    fn arena_max(&self) -> usize {
-        64 << 20
-    }
-    fn closed(&self, _s: &()) {}
-}
-
 fn server(delay_ms: u64) -> (Server, SocketAddr, Arc<Sink>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let sink = Arc::new(Sink {
-        seen: Mutex::new(Vec::new()),
-        delay_ms: AtomicU64::new(delay_ms),
-    });
-    (
-        Server::start(listener, sink.clone(), 4).unwrap(),
-        addr,
-        sink,
-    )
+    Sink::serve(Duration::from_millis(delay_ms), false, 4)
 }
 
 fn hello() -> HelloReq {
@@ -80,17 +30,6 @@ fn endpoint(addr: SocketAddr, arena: &Arc<Arena>, deadline: Duration) -> Arc<End
         Endpoint::new(addr.to_string(), hello(), deadline, Duration::from_secs(5))
             .with_arena(arena.clone()),
     )
-}
-
-fn write_req(offset: u32) -> WriteReq {
-    WriteReq {
-        ino: InodeNo(1),
-        stripe: 0,
-        offset,
-        sync: false,
-        grant_epoch: 0,
-        charged: 0,
-    }
 }
 
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {

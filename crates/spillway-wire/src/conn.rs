@@ -531,9 +531,15 @@ impl Endpoint {
     /// A free slot of the arena, if the current connection has it attached (so bulk
     /// placed in it goes through shared memory); None otherwise. Never connects.
     pub fn arena_buf(&self) -> Option<ArenaBuf> {
-        let guard = self.lock_link();
-        let link = guard.conn.as_ref().filter(|c| c.is_alive())?.arena()?;
-        link.arena().take()
+        self.attached()?.1.arena().take()
+    }
+
+    /// The current connection, if alive and its server maps the arena, and its link.
+    /// Never connects.
+    fn attached(&self) -> Option<(Arc<Conn>, Arc<ArenaLink>)> {
+        let conn = self.lock_link().conn.clone().filter(|c| c.is_alive())?;
+        let link = conn.arena()?.clone();
+        Some((conn, link))
     }
 
     /// An endpoint for one task that fails as a whole when a server is gone (a
@@ -714,9 +720,7 @@ impl Endpoint {
     /// Start reading `req`: through the arena where the connection has one (and a
     /// slot holds `req.len` bytes), else as a plain `Read`.
     pub fn start_read(&self, req: &ReadReq) -> PendingRead<'_> {
-        let conn = self.lock_link().conn.clone().filter(|c| c.is_alive());
-        let link = conn.as_ref().and_then(|c| c.arena().cloned());
-        if let (Some(conn), Some(link)) = (conn, link) {
+        if let Some((conn, link)) = self.attached() {
             if req.len as usize <= link.arena().slot_size() {
                 if let Some(buf) = link.arena().take() {
                     let body = ReadArenaReq {

@@ -302,26 +302,12 @@ impl DataStore {
             return Err(fs(Errno::EINVAL));
         }
         let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
-        let Some(stripe_len) = self.map().len(ino, stripe) else {
-            return Ok(Vec::new());
-        };
         // Allocate no more than the stripe holds: a hostile len cannot cost memory.
-        let n = stripe_len
-            .saturating_sub(u64::from(offset))
-            .min(u64::from(len)) as usize;
-        if n == 0 {
+        let Some((f, n)) = self.to_read(ino, stripe, offset, len as usize)? else {
             return Ok(Vec::new());
-        }
-        let f = match self.file(ino, stripe, false) {
-            Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
         };
         let buf = read_into_new(&f, u64::from(offset), n)?;
-        let got = buf.len();
-        self.counters
-            .bytes_read
-            .fetch_add(got as u64, Ordering::Relaxed);
+        self.note_read(buf.len());
         Ok(buf)
     }
 
@@ -336,25 +322,42 @@ impl DataStore {
         into: &mut [u8],
     ) -> StoreResult<u32> {
         let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
-        let Some(stripe_len) = self.map().len(ino, stripe) else {
+        let Some((f, n)) = self.to_read(ino, stripe, offset, into.len())? else {
             return Ok(0);
-        };
-        let n = stripe_len
-            .saturating_sub(u64::from(offset))
-            .min(into.len() as u64) as usize;
-        if n == 0 {
-            return Ok(0);
-        }
-        let f = match self.file(ino, stripe, false) {
-            Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
-            Err(e) => return Err(e.into()),
         };
         let got = read_full(&f, u64::from(offset), &mut into[..n])?;
+        self.note_read(got);
+        Ok(got as u32)
+    }
+
+    /// The open file of a stripe and how many of `len` bytes at `offset` it holds;
+    /// None when there is nothing to read (no such stripe, past its end, or its file
+    /// gone). Called under the inode's lock.
+    fn to_read(
+        &self,
+        ino: InodeNo,
+        stripe: u64,
+        offset: u32,
+        len: usize,
+    ) -> StoreResult<Option<(Arc<File>, usize)>> {
+        let Some(stripe_len) = self.map().len(ino, stripe) else {
+            return Ok(None);
+        };
+        let n = stripe_len.saturating_sub(u64::from(offset)).min(len as u64) as usize;
+        if n == 0 {
+            return Ok(None);
+        }
+        match self.file(ino, stripe, false) {
+            Ok(f) => Ok(Some((f, n))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn note_read(&self, n: usize) {
         self.counters
             .bytes_read
-            .fetch_add(got as u64, Ordering::Relaxed);
-        Ok(got as u32)
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Fill `[offset, offset+len)` of a stripe from `src` at `src_offset` (a stage-in):

@@ -230,6 +230,22 @@ impl Payload {
         }
     }
 
+    /// Grow to `n` bytes with zeros (a read's hole); never shrinks.
+    pub fn zero_fill_to(&mut self, n: usize) {
+        if let Payload::Arena(b) = self {
+            if n <= b.capacity() {
+                let at = b.len.min(n);
+                b.spare_mut()[at..n].fill(0);
+                b.len = b.len.max(n);
+                return;
+            }
+        }
+        if self.len() < n {
+            let zeros = vec![0u8; n - self.len()];
+            self.extend_from_slice(&zeros);
+        }
+    }
+
     /// The slot, when the bytes live in one.
     pub fn arena_buf(&self) -> Option<&ArenaBuf> {
         match self {
@@ -304,5 +320,12 @@ mod unit {
         assert_eq!(p.len(), (1 << 20) + 1);
         assert_eq!(p[1 << 20], b'!');
         assert_eq!(a.free_slots(), 2, "the slot went back when the bytes moved");
+        let mut q = Payload::Arena(a.take().unwrap());
+        q.extend_from_slice(&[9u8; 10]);
+        q.zero_fill_to(4096);
+        assert_eq!(q.len(), 4096);
+        assert!(q[..10].iter().all(|&x| x == 9) && q[10..].iter().all(|&x| x == 0));
+        q.zero_fill_to(5);
+        assert_eq!(q.len(), 4096, "never shrinks");
     }
 }

@@ -83,47 +83,12 @@ pub(crate) fn write_locked(
 #[cfg(test)]
 mod tests {
     use crate::conn::{Endpoint, OwnedCall};
-    use crate::messages::{HelloReply, HelloReq, Request, WriteReply, WriteReq};
-    use crate::serve::{Reply, Server, Service};
-    use spillway_types::{Errno, InodeNo};
+    use crate::testkit::{write_req as req, Sink};
 
-    use std::net::{SocketAddr, TcpListener};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::net::SocketAddr;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
     use std::time::Duration;
-
-    /// Answers a write with its length, after `delay`; records (offset, checksum) in
-    /// arrival order.
-    struct Sink {
-        seen: Mutex<Vec<(u32, u64)>>,
-        calls: AtomicU64,
-        delay: Duration,
-    }
-
-    impl Service for Sink {
-        type Session = ();
-        fn hello(&self, _r: &HelloReq, _p: SocketAddr) -> Result<(HelloReply, ()), Errno> {
-            crate::testkit::accept_hello()
-        }
-        fn handle(&self, _s: &(), req: Request) -> Result<Reply, Errno> {
-            let Request::Write(w, bulk) = req else {
-                return Err(Errno::EINVAL);
-            };
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(self.delay);
-            let sum = bulk.data().iter().map(|b| u64::from(*b)).sum();
-            self.seen.lock().unwrap().push((w.offset, sum));
-            Ok(Reply::of(&WriteReply {
-                written: bulk.data().len() as u32,
-                grant_epoch: 0,
-                granted: 0,
-            }))
-        }
-        fn runs_inline(&self, _op: u16, _body: &[u8]) -> bool {
-            true
-        }
-        fn closed(&self, _s: &()) {}
-    }
 
     fn endpoint(addr: SocketAddr) -> Arc<Endpoint> {
         let hello = crate::testkit::hello();
@@ -135,29 +100,11 @@ mod tests {
         ))
     }
 
-    fn req(offset: u32) -> WriteReq {
-        WriteReq {
-            ino: InodeNo(1),
-            stripe: 0,
-            offset,
-            sync: false,
-            grant_epoch: 0,
-            charged: 0,
-        }
-    }
-
     /// Queued frames leave in the order they were queued, whole, each answered; the
     /// bulk buffers come back to their callers.
     #[test]
     fn queued_writes_arrive_in_order_and_their_buffers_come_back() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let sink = Arc::new(Sink {
-            seen: Mutex::new(Vec::new()),
-            calls: AtomicU64::new(0),
-            delay: Duration::ZERO,
-        });
-        let mut server = Server::start(listener, sink.clone(), 2).unwrap();
+        let (mut server, addr, sink) = Sink::serve(Duration::ZERO, true, 2);
         let ep = endpoint(addr);
         let calls: Vec<_> = (0..64u32)
             .map(|i| {
@@ -171,7 +118,7 @@ mod tests {
             assert_eq!(r.unwrap().written, 256 << 10, "call {i}");
             returned += usize::from(buf.len() == 256 << 10);
         }
-        let seen = sink.seen.lock().unwrap().clone();
+        let seen = sink.writes();
         let want: Vec<(u32, u64)> = (0..64u32)
             .map(|i| (i, u64::from(i % 200) * (256 << 10)))
             .collect();
@@ -185,16 +132,9 @@ mod tests {
     /// are idempotent, so they are sent again).
     #[test]
     fn queued_writes_are_sent_again_after_the_connection_breaks() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
         // A slow server, and more bytes than the socket buffers hold: the sending
         // thread is blocked in a write with frames queued behind it when it breaks.
-        let sink = Arc::new(Sink {
-            seen: Mutex::new(Vec::new()),
-            calls: AtomicU64::new(0),
-            delay: Duration::from_millis(10),
-        });
-        let mut server = Server::start(listener, sink.clone(), 2).unwrap();
+        let (mut server, addr, sink) = Sink::serve(Duration::from_millis(10), true, 2);
         let ep = endpoint(addr);
         let first = ep.conn().unwrap();
         let calls: Vec<_> = (0..16u32)
@@ -206,7 +146,7 @@ mod tests {
             let (r, _) = c.wait();
             assert_eq!(r.unwrap().written, 4 << 20, "call {i}");
         }
-        let seen = sink.seen.lock().unwrap().clone();
+        let seen = sink.writes();
         for i in 0..16u32 {
             let want = u64::from(i + 1) * (4 << 20);
             assert!(
