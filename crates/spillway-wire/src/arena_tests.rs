@@ -224,5 +224,43 @@ fn arena_requests_without_an_arena_or_outside_it_are_refused() {
         "the arena's last bytes"
     );
     assert_eq!(sink.seen.lock().unwrap().len(), 1);
+    // A read asking the server to write past the arena's end (into whatever its
+    // address space holds next) is refused before it runs; and with no arena at all.
+    let calls = sink.calls.load(std::sync::atomic::Ordering::SeqCst);
+    for (off, len) in [(0, (1 << 20) + 1), (1 << 20, 1), (u64::MAX - 10, 4096)] {
+        assert!(
+            matches!(
+                read_arena(&conn, off, len),
+                Err(crate::conn::CallError::Remote(Errno::EINVAL))
+            ),
+            "read {off}+{len}"
+        );
+    }
+    assert!(matches!(
+        read_arena(&bare, 0, 10),
+        Err(crate::conn::CallError::Remote(Errno::EPROTO))
+    ));
+    assert_eq!(
+        sink.calls.load(std::sync::atomic::Ordering::SeqCst),
+        calls,
+        "no refused read reached the service"
+    );
+    assert!(read_arena(&conn, (1 << 20) - 4096, 4096).is_ok());
     srv.stop();
+}
+
+/// A raw `ReadArena` of `len` bytes into `off` of `conn`'s arena.
+fn read_arena(conn: &Conn, off: u64, len: u32) -> Result<Vec<u8>, crate::conn::CallError> {
+    let body = ReadArenaReq {
+        read: ReadReq {
+            ino: InodeNo(1),
+            stripe: 0,
+            offset: 0,
+            len,
+        },
+        arena_off: off,
+    }
+    .to_bytes();
+    let t = conn.send_raw(ReadArenaReq::OP, &body, &[], Duration::from_secs(5))?;
+    conn.wait_reply(&t, Instant::now() + Duration::from_secs(5))
 }
