@@ -37,10 +37,14 @@ impl SpillwayFs {
             Err(missing) => tracing::warn!("kernel lacks {missing:?}: POSIX ACLs refused"),
         }
         // READDIRPLUS (fs/dirs.rs): listings carry attributes, so a walk costs no
-        // LOOKUP per name. AUTO lets the kernel fall back to plain READDIR for the
-        // rest of a large directory when nothing looks the names up.
+        // LOOKUP per name. Not READDIRPLUS_AUTO: with it the kernel asks plain READDIR
+        // for every page of a listing after the first (about 180 names in a 32 KiB
+        // getdents buffer) unless a name was looked up in between, and a walk reads a
+        // whole directory before it descends: `find` of a directory of 800
+        // subdirectories paid a LOOKUP, a round trip to a server, for each of the 620
+        // beyond the first page, though the listing held their attributes already.
         if self.tun.readdir_plus {
-            let plus = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+            let plus = InitFlags::FUSE_DO_READDIRPLUS;
             if let Err(missing) = config.add_capabilities(plus) {
                 tracing::warn!("kernel lacks {missing:?}: listings without attributes");
             }
