@@ -119,6 +119,33 @@ fn a_slot_without_a_reply_is_reused_only_after_the_server_lets_go() {
     srv.stop();
 }
 
+/// A read dropped before it was waited for (a read of several pieces whose first
+/// piece failed) must not hand its slot back while the server may still write the
+/// read's bytes into it: the slot would go to the next write or read.
+#[test]
+fn a_read_dropped_unwaited_keeps_its_slot_until_the_server_lets_go() {
+    let (mut srv, addr, _sink) = server(1500);
+    let arena = Arena::create(2 << 20, 1 << 20).unwrap();
+    let ep = endpoint(addr, &arena, Duration::from_secs(10));
+    ep.conn().unwrap();
+    let read = ep.start_read(&ReadReq {
+        ino: InodeNo(1),
+        stripe: 0,
+        offset: 1,
+        len: 4096,
+    });
+    assert!(matches!(read, crate::conn::PendingRead::Arena(_)));
+    drop(read);
+    assert_eq!(
+        arena.free_slots(),
+        1,
+        "held while the server may still write it"
+    );
+    ep.disconnect();
+    wait_for("the slot comes back", || arena.free_slots() == 2);
+    srv.stop();
+}
+
 /// A raw connection's `ArenaOffer`.
 fn offer(conn: &Conn) -> Result<ArenaOfferReply, crate::conn::CallError> {
     let t = conn.send_raw(

@@ -764,22 +764,25 @@ impl ArenaRead<'_> {
                 Instant::now() + self.ep.deadline + Duration::from_millis(200),
             ),
         };
+        // An answered read takes its slot out of `self.buf` (the server is done with
+        // it); an unanswered one leaves it there for `drop` to hold.
         match outcome {
             Ok(body) => {
-                let r = ReadArenaReply::from_bytes(&body).map_err(|_| Errno::EPROTO)?;
                 let mut buf = self.buf.take().ok_or(Errno::EIO)?;
+                let r = ReadArenaReply::from_bytes(&body).map_err(|_| Errno::EPROTO)?;
                 if r.len > self.req.len {
                     return Err(Errno::EPROTO);
                 }
                 buf.set_len(r.len as usize);
                 Ok(Payload::Arena(buf))
             }
-            Err(CallError::Remote(e)) => Err(e),
+            Err(CallError::Remote(e)) => {
+                self.buf = None;
+                Err(e)
+            }
             Err(e) => {
                 // Sent and unanswered: the server may still write into the slot.
-                if let (CallError::Lost | CallError::Timeout, Some(buf)) = (e, self.buf.take()) {
-                    self.link.hold(Arc::new(Payload::Arena(buf)));
-                }
+                self.hold_unanswered();
                 if e == CallError::Timeout {
                     tracing::warn!(addr = %self.ep.addr, "read timed out");
                     return Err(Errno::ETIMEDOUT);
@@ -788,6 +791,24 @@ impl ArenaRead<'_> {
                 self.ep.call(&self.req).map(Payload::Heap)
             }
         }
+    }
+
+    /// The read was sent and got no answer: its slot goes to the link, which frees it
+    /// once the server cannot write into it any more.
+    fn hold_unanswered(&mut self) {
+        if self.sent.is_ok() {
+            if let Some(buf) = self.buf.take() {
+                self.link.hold(Arc::new(Payload::Arena(buf)));
+            }
+        }
+    }
+}
+
+impl Drop for ArenaRead<'_> {
+    /// Dropped without its answer (a read of several pieces ended at another piece's
+    /// error): the server may still be writing into the slot.
+    fn drop(&mut self) {
+        self.hold_unanswered();
     }
 }
 
