@@ -191,14 +191,6 @@ impl From<Vec<u8>> for Payload {
 }
 
 impl Payload {
-    /// Room for `n` more bytes without growing (an arena slot never grows).
-    pub fn room(&self) -> usize {
-        match self {
-            Payload::Heap(v) => usize::MAX - v.len(),
-            Payload::Arena(b) => b.capacity() - b.len(),
-        }
-    }
-
     pub fn clear(&mut self) {
         match self {
             Payload::Heap(v) => v.clear(),
@@ -241,8 +233,14 @@ impl Payload {
             }
         }
         if self.len() < n {
-            let zeros = vec![0u8; n - self.len()];
-            self.extend_from_slice(&zeros);
+            if let Payload::Arena(b) = self {
+                // Past the slot: the bytes move to the heap.
+                let v = b.to_vec();
+                *self = Payload::Heap(v);
+            }
+            if let Payload::Heap(v) = self {
+                v.resize(n, 0);
+            }
         }
     }
 
