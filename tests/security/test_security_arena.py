@@ -150,6 +150,76 @@ def test_a_stranger_at_the_door_gets_nothing_and_the_mount_goes_on(cluster, user
     assert closed == opened, f"every idle stranger was shown out ({closed} of {opened})"
 
 
+def arenas_mapped(pid):
+    """How many arenas (distinct memfds) process `pid` maps."""
+    with open(f"/proc/{pid}/maps") as f:
+        return len({line.split()[4] for line in f if "spillway-arena" in line})
+
+
+def test_a_user_holding_the_door_open_never_keeps_a_mount_out(cluster, user, as_user):
+    """Attack: an unprivileged user keeps every server's door as full as it can (40
+    connections per door, each replaced as soon as the door shows it out, for 8 s)
+    while root mounts the instance a second time. Strangers who are not root get at
+    most half the door's places, so the new mount still hands its arena to every
+    server (without that, its I/O fell back to TCP for the mount's life)."""
+    names = doors()
+    servers = server_pids(cluster)
+    before = {p: arenas_mapped(p) for p in servers}
+
+    def flood(names, per_door, seconds):
+        end = time.monotonic() + seconds
+        socks = []  # (door name, socket)
+        made = 0
+        while time.monotonic() < end:
+            alive = []
+            for name, s in socks:
+                try:
+                    if s.recv(16, socket.MSG_DONTWAIT) == b"":
+                        s.close()  # shown out: replace it
+                        continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    s.close()
+                    continue
+                alive.append((name, s))
+            socks = alive
+            for name in names:
+                while sum(1 for n, _ in socks if n == name) < per_door:
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    try:
+                        s.connect("\0" + name)
+                    except OSError:
+                        s.close()
+                        break
+                    socks.append((name, s))
+                    made += 1
+            time.sleep(0.05)
+        for _, s in socks:
+            s.close()
+        return made
+
+    result = {}
+    t = threading.Thread(target=lambda: result.update(made=as_user(user.uid, user.gid, flood, names, 40, 8.0)))
+    t.start()
+    mp = os.path.join(cluster.dir, "mnt-door-flood")
+    try:
+        time.sleep(1.0)
+        cluster.mount(mp)
+        # Two stripes (8 MiB each, on different servers): every server is written.
+        data = os.urandom(17 * MiB)
+        H.write_file(os.path.join(mp, "through-a-busy-door"), data, fsync=True)
+        after = {p: arenas_mapped(p) for p in servers}
+        t.join(30)
+        assert result["made"] > 40 * len(names), "the user kept the door busy"
+        for p in servers:
+            assert after[p] == before[p] + 1, f"server {p} maps the new mount's arena"
+    finally:
+        t.join(30)
+        if H.is_mounted(mp):
+            cluster.umount(mp)
+
+
 def test_no_other_user_reaches_the_arenas_memory(cluster, user, as_user):
     H.write_file(os.path.join(cluster.mnt, "arena-secret"), b"secret " * 100000)
     pids = server_pids(cluster) + mount_pids(cluster)

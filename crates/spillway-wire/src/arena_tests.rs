@@ -172,6 +172,29 @@ fn raw_conn(addr: SocketAddr) -> std::sync::Arc<Conn> {
     Conn::connect(&addr.to_string(), &hello(), Duration::from_secs(5)).unwrap()
 }
 
+/// A connection holds one token at a time: a new offer spends the earlier one, so no
+/// connection can fill the door's table of tokens. A token sent in parts (a stranger
+/// playing for time) is refused.
+#[test]
+fn a_new_offer_spends_the_connections_earlier_token_and_a_token_in_parts_is_refused() {
+    let (mut srv, addr, _sink) = server(0);
+    let arena = Arena::create(1 << 20, 1 << 20).unwrap();
+    let conn = raw_conn(addr);
+    let first = offer(&conn).unwrap();
+    let second = offer(&conn).unwrap();
+    let eacces = Errno::EACCES.0 as u8;
+    assert_eq!(knock(&first, &first.token, arena.fd()), eacces, "replaced");
+
+    let door = std::os::unix::net::SocketAddr::from_abstract_name(&second.door).unwrap();
+    let s = UnixStream::connect_addr(&door).unwrap();
+    send_token_and_fd(&s, &second.token[..16], arena.fd()).unwrap();
+    std::io::Write::write_all(&mut &s, &second.token[16..]).unwrap();
+    let mut b = [0u8; 1];
+    (&s).read_exact(&mut b).unwrap();
+    assert_eq!(b[0], Errno::EPROTO.0 as u8, "a token in parts");
+    srv.stop();
+}
+
 #[test]
 fn the_door_refuses_wrong_tokens_used_tokens_and_memory_that_could_fault_the_server() {
     let (mut srv, addr, _sink) = server(0);

@@ -23,14 +23,15 @@
 use super::host::HostId;
 use super::shared::{self, Mapping};
 use super::{Arena, Payload};
+use spillway_types::descriptor::encode_hex;
 use spillway_types::Errno;
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 const TOKEN_LEN: usize = 32;
@@ -42,8 +43,10 @@ const MAX_TOKENS: usize = 4096;
 /// Strangers served at the door at once, and how long each may take: a user who
 /// connects and sends nothing holds a thread for this long at most, and at most this
 /// many of them (then the door closes new connections at once; clients fall back to
-/// the socket).
+/// the socket). Of those, at most `DOOR_THREADS_UNPRIVILEGED` for peers other than
+/// root: mounts run as root, so a user holding the door open never keeps a mount out.
 const DOOR_THREADS: usize = 16;
+const DOOR_THREADS_UNPRIVILEGED: usize = 8;
 const DOOR_DEADLINE: Duration = Duration::from_secs(2);
 
 // ---- the server's side ----------------------------------------------------------
@@ -62,18 +65,21 @@ pub(crate) struct Door {
     host: HostId,
     max: usize,
     pending: Mutex<HashMap<Token, (Weak<ConnArena>, Instant)>>,
+    /// Strangers being served, all and those not root.
     active: AtomicUsize,
+    active_unprivileged: AtomicUsize,
 }
 
-/// A connection's arena on the server: none until its client attached one.
+/// A connection's arena on the server: none until its client attached one, and then
+/// that one for the connection's life (read without a lock by every request).
 #[derive(Default)]
-pub(crate) struct ConnArena(Mutex<Option<Arc<ServerArena>>>);
+pub(crate) struct ConnArena(OnceLock<Arc<ServerArena>>);
 
 /// A client's arena as the server maps it, and the server's end of the door socket,
 /// closed (telling the client) when the mapping goes.
 pub(crate) struct ServerArena {
     map: Mapping,
-    _link: UnixStream,
+    link: UnixStream,
 }
 
 /// The bytes of one request in a client's arena: a write's data, or where a read's
@@ -106,19 +112,15 @@ impl ArenaSlice {
 }
 
 impl ConnArena {
-    fn get(&self) -> Option<Arc<ServerArena>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
     fn is_set(&self) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.0.get().is_some()
     }
 
     /// `len` bytes at `off` of this connection's arena: EPROTO when it has none (the
     /// client sent an arena request without attaching one), EINVAL when the range does
     /// not lie within it.
     pub(crate) fn slice(&self, off: u64, len: u32) -> Result<ArenaSlice, Errno> {
-        let arena = self.get().ok_or(Errno::EPROTO)?;
+        let arena = self.0.get().ok_or(Errno::EPROTO)?.clone();
         let size = arena.map.len() as u64;
         match off.checked_add(u64::from(len)) {
             Some(end) if end <= size => Ok(ArenaSlice {
@@ -138,7 +140,12 @@ impl Door {
             .ok_or_else(|| io::Error::other("this host's identity is unknown (/proc)"))?;
         let mut rand = [0u8; 8];
         fill_random(&mut rand)?;
-        let name = format!("spillway-arena-{}-{}", std::process::id(), hex(&rand)).into_bytes();
+        let name = format!(
+            "spillway-arena-{}-{}",
+            std::process::id(),
+            encode_hex(&rand)
+        );
+        let name = name.into_bytes();
         let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name)?)?;
         listener.set_nonblocking(true)?;
         let door = Arc::new(Door {
@@ -147,6 +154,7 @@ impl Door {
             max,
             pending: Mutex::new(HashMap::new()),
             active: AtomicUsize::new(0),
+            active_unprivileged: AtomicUsize::new(0),
         });
         let d = door.clone();
         std::thread::Builder::new()
@@ -159,20 +167,19 @@ impl Door {
         while !stop.load(Ordering::SeqCst) {
             match listener.accept() {
                 Ok((stream, _)) => {
-                    if self.active.fetch_add(1, Ordering::SeqCst) >= DOOR_THREADS {
-                        self.active.fetch_sub(1, Ordering::SeqCst);
+                    // Unknown credentials count as not root.
+                    let root = peer_cred(&stream).is_ok_and(|(_, uid)| uid == 0);
+                    let Some(seat) = Seat::take(&self, root) else {
                         continue; // dropped: closed at once
-                    }
+                    };
                     let d = self.clone();
-                    let spawned = std::thread::Builder::new()
+                    // A failed spawn drops the closure, and with it the seat.
+                    let _ = std::thread::Builder::new()
                         .name("arena-admit".into())
                         .spawn(move || {
+                            let _seat = seat;
                             d.admit(stream);
-                            d.active.fetch_sub(1, Ordering::SeqCst);
                         });
-                    if spawned.is_err() {
-                        self.active.fetch_sub(1, Ordering::SeqCst);
-                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(20));
@@ -186,7 +193,8 @@ impl Door {
     }
 
     /// Answer an `ArenaOffer` of the connection whose arena is `cell` (serve.rs puts
-    /// it into an `ArenaOfferReply`).
+    /// it into an `ArenaOfferReply`). A connection has one token at a time: a new
+    /// offer replaces its earlier token, so no connection can fill the table.
     pub(crate) fn offer(&self, cell: &Arc<ConnArena>) -> Result<Offer, Errno> {
         if cell.is_set() {
             return Err(Errno::EEXIST);
@@ -196,11 +204,14 @@ impl Door {
         {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
-            p.retain(|_, (c, made)| c.strong_count() > 0 && now - *made < TOKEN_LIFETIME);
+            let own = Arc::downgrade(cell);
+            p.retain(|_, (c, made)| {
+                c.strong_count() > 0 && now - *made < TOKEN_LIFETIME && !Weak::ptr_eq(c, &own)
+            });
             if p.len() >= MAX_TOKENS {
                 return Err(Errno::EBUSY);
             }
-            p.insert(token, (Arc::downgrade(cell), now));
+            p.insert(token, (own, now));
         }
         Ok(Offer {
             host: self.host.clone(),
@@ -217,13 +228,20 @@ impl Door {
         let answer = match self.take_arena(&stream) {
             Ok((cell, map)) => {
                 // Attached before the answer: the client's next request may use it.
-                let Ok(reply_half) = stream.try_clone() else {
-                    return;
-                };
-                *cell.0.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(Arc::new(ServerArena { map, _link: stream }));
-                let _ = (&reply_half).write_all(&[0]);
-                return;
+                // The socket goes with the mapping (its closing tells the client).
+                match cell.0.set(Arc::new(ServerArena { map, link: stream })) {
+                    Ok(()) => {
+                        if let Some(a) = cell.0.get() {
+                            let _ = (&a.link).write_all(&[0]);
+                        }
+                        return;
+                    }
+                    // Another stranger attached one first (two offers raced).
+                    Err(lost) => {
+                        let _ = (&lost.link).write_all(&[Errno::EEXIST.0 as u8]);
+                        return;
+                    }
+                }
             }
             Err(e) => e,
         };
@@ -259,15 +277,52 @@ impl Door {
     }
 }
 
+/// A stranger's place at the door, given back when dropped.
+struct Seat {
+    door: Arc<Door>,
+    root: bool,
+}
+
+impl Seat {
+    fn take(door: &Arc<Door>, root: bool) -> Option<Seat> {
+        if !root
+            && door.active_unprivileged.fetch_add(1, Ordering::SeqCst) >= DOOR_THREADS_UNPRIVILEGED
+        {
+            door.active_unprivileged.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        let seat = Seat {
+            door: door.clone(),
+            root,
+        };
+        if door.active.fetch_add(1, Ordering::SeqCst) >= DOOR_THREADS {
+            drop(seat);
+            return None;
+        }
+        Some(seat)
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.door.active.fetch_sub(1, Ordering::SeqCst);
+        if !self.root {
+            self.door.active_unprivileged.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
 // ---- the client's side ----------------------------------------------------------
 
 /// A connection's arena, attached, as the client sees it.
 pub struct ArenaLink {
     arena: Arc<Arena>,
     /// Whether the server's side of the door socket closed (it maps the arena no
-    /// more), and payloads whose calls ended without a reply, kept out of use until
-    /// then.
-    state: Mutex<(bool, Vec<Arc<Payload>>)>,
+    /// more): read by every request, so not behind the lock.
+    closed: AtomicBool,
+    /// Payloads whose calls ended without a reply, kept out of use until then.
+    /// `closed` is set under this lock, so nothing is held after it was set.
+    held: Mutex<Vec<Arc<Payload>>>,
 }
 
 impl ArenaLink {
@@ -277,16 +332,16 @@ impl ArenaLink {
 
     /// Whether the server still maps the arena.
     pub fn is_open(&self) -> bool {
-        !self.state.lock().unwrap_or_else(|e| e.into_inner()).0
+        !self.closed.load(Ordering::Acquire)
     }
 
     /// A call carrying `p` through this link ended without a reply: the server may
     /// still be reading or writing its slot, so the slot is not reused until the
     /// server's side closes.
     pub(crate) fn hold(&self, p: Arc<Payload>) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !st.0 {
-            st.1.push(p);
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.closed.load(Ordering::Acquire) {
+            held.push(p);
         }
     }
 
@@ -294,9 +349,9 @@ impl ArenaLink {
     /// the slots held for it are free.
     pub(crate) fn closed(&self) {
         let held = {
-            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.0 = true;
-            std::mem::take(&mut st.1)
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            self.closed.store(true, Ordering::Release);
+            std::mem::take(&mut *held)
         };
         if !held.is_empty() {
             tracing::debug!(slots = held.len(), "arena link closed: held slots freed");
@@ -307,7 +362,8 @@ impl ArenaLink {
     pub(crate) fn new(arena: Arc<Arena>) -> ArenaLink {
         ArenaLink {
             arena,
-            state: Mutex::new((false, Vec::new())),
+            closed: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
         }
     }
 
@@ -335,10 +391,6 @@ fn fill_random(buf: &mut [u8]) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 pub(crate) fn peer_cred(s: &UnixStream) -> io::Result<(i32, u32)> {
@@ -441,12 +493,10 @@ fn recv_token_and_fd(s: &UnixStream) -> io::Result<([u8; TOKEN_LEN], OwnedFd)> {
             fds.len()
         )));
     }
-    // The rest of the token, if it came in parts.
-    if n < TOKEN_LEN {
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        (&*s).read_exact(&mut token[n..])?;
+    // A client sends the token and its descriptor in one message, which a Unix
+    // stream socket delivers whole: a token in parts is a stranger playing for time.
+    if n != TOKEN_LEN {
+        return Err(io::Error::other(format!("{n} bytes of token")));
     }
     let fd = fds.pop().ok_or_else(|| io::Error::other("no descriptor"))?;
     Ok((token, fd))
@@ -483,7 +533,7 @@ mod tests {
         let (x, _y) = UnixStream::pair().unwrap();
         let cell = ConnArena::default();
         assert_eq!(cell.slice(0, 1).unwrap_err(), Errno::EPROTO, "no arena yet");
-        *cell.0.lock().unwrap() = Some(Arc::new(ServerArena { map, _link: x }));
+        assert!(cell.0.set(Arc::new(ServerArena { map, link: x })).is_ok());
         assert!(cell.slice(0, 1 << 20).is_ok());
         assert_eq!(cell.slice(1, 1 << 20).unwrap_err(), Errno::EINVAL);
         assert_eq!(cell.slice(u64::MAX, 2).unwrap_err(), Errno::EINVAL);
