@@ -14,6 +14,7 @@ import mmap
 import os
 import random
 import struct
+import subprocess
 import time
 
 import pytest
@@ -507,3 +508,62 @@ def test_large_file_300mb_sha256(fs_root):
     t_read = time.monotonic() - t0
     print(f"\n300 MB: write+close {size / t_write / MiB:.0f} MiB/s, read {size / t_read / MiB:.0f} MiB/s")
     assert got == h.hexdigest()
+
+
+# =========================================================================== the servers' page cache
+def _resident_bytes(paths):
+    """Bytes of these files in the page cache (util-linux `fincore`)."""
+    if not paths:
+        return 0
+    r = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *paths],
+                       capture_output=True, text=True, timeout=30, check=True)
+    return sum(int(x) for x in r.stdout.split())
+
+
+def _stripe_files(c, path):
+    """The servers' stripe files of the file at `path` (named by its inode number)."""
+    import glob
+
+    name = f"{os.stat(path).st_ino:016x}."
+    return [f for k in range(c.servers)
+            for f in glob.glob(os.path.join(c.server_root(k), "**", name + "*"), recursive=True)]
+
+
+@pytest.mark.parametrize("drop", ["on", "off"])
+def test_a_stream_read_on_the_servers_host_leaves_no_second_copy_in_their_cache(
+        drop, request, fresh_dir, spillway_bin, tmp_path):
+    """A client on the servers' own host reads through their arena; its kernel caches the
+    bytes, so the servers drop theirs behind each large read (`drop_behind_reads`). With
+    the tunable off (the control: this test sees the servers' cache) they stay."""
+    if H.LOCAL:
+        pytest.skip("the servers' page cache is Spillway's")
+    if drop == "on":
+        c = request.getfixturevalue("cluster")
+    else:
+        tun = tmp_path / "tunables"
+        tun.write_text("drop_behind_reads = off\n")
+        c = H.Cluster(spillway_bin, "nodrop", servers=2, capacity="1G")
+        c.up(extra=["--tunables", str(tun)])
+        request.addfinalizer(c.teardown)
+    path = p(fresh_dir(c), "stream")
+    size = 32 * MiB
+    data = random.Random(7).randbytes(size)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    H.pwrite_all(fd, data, 0)
+    os.fsync(fd)
+    os.close(fd)
+    stripes = _stripe_files(c, path)
+    assert stripes, "the file's stripe files were not found under the servers' roots"
+    for f in stripes:
+        H.drop_file_cache(f)
+    H.drop_file_cache(path)
+    if _resident_bytes(stripes) != 0:
+        pytest.skip("the servers' storage keeps no page cache to drop (tmpfs?)")
+    with open(path, "rb", buffering=0) as f:
+        got = b"".join(iter(lambda: f.read(MiB), b""))
+    assert got == data
+    resident = _resident_bytes(stripes)
+    if drop == "on":
+        assert resident <= MiB, f"{resident} bytes of the stream stayed in the servers' cache"
+    else:
+        assert resident >= size // 2, f"only {resident} bytes cached with drop_behind_reads off"

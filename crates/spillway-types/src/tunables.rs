@@ -70,6 +70,11 @@ pub struct Tunables {
     /// write waits for the device, and an fsync-heavy stream of 4 KiB writes is
     /// faster gathered by the page cache into one flush.
     pub direct_write_min: u64,
+    /// A server drops its page cache behind reads of 256 KiB or more into a client's
+    /// arena (a client on its own host, whose kernel caches the bytes itself): one copy
+    /// of a streamed file in memory instead of two, and a cold stream reuses the pages
+    /// it freed (docs/data-plane.md, "Reads drop behind them"). On by default.
+    pub drop_behind_reads: bool,
     /// Largest kernel read/write request.
     pub max_write: u32,
     /// Kernel readahead window of the mount (16 MiB: measured against 4 MiB, cold
@@ -138,6 +143,7 @@ impl Default for Tunables {
             grant_idle: Duration::from_secs(2),
             cluster_locks: true,
             direct_write_min: 256 << 10,
+            drop_behind_reads: true,
             max_write: 1 << 20,
             max_readahead: 16 << 20,
             readdir_page: 1024,
@@ -198,6 +204,7 @@ impl Tunables {
                 "grant_idle_ms" => self.grant_idle = Duration::from_millis(num()?),
                 "locks" => self.cluster_locks = either("cluster", "node")?,
                 "direct_write_min" => self.direct_write_min = num()?,
+                "drop_behind_reads" => self.drop_behind_reads = either("on", "off")?,
                 "max_write" => self.max_write = num()?.clamp(4096, 1 << 20) as u32,
                 "max_readahead" => self.max_readahead = num()?.clamp(4096, 64 << 20) as u32,
                 "readdir_page" => self.readdir_page = num()?.clamp(1, 65536) as u32,

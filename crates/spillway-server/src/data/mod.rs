@@ -50,6 +50,9 @@ pub(crate) struct DataStore {
     grant_limits: GrantLimits,
     /// Which writes skip the page cache (direct.rs).
     direct: DirectWrites,
+    /// Drop the page cache behind large reads into a client's arena (the
+    /// `drop_behind_reads` tunable; `read_into`).
+    drop_behind: bool,
 }
 
 /// Usage counters since the server started (libdatawarp's accounting).
@@ -77,6 +80,7 @@ impl DataStore {
             allocs: allocs::AllocTracker::default(),
             grant_limits: GrantLimits::default(),
             direct: DirectWrites::new(0),
+            drop_behind: false,
         })
     }
 
@@ -90,6 +94,13 @@ impl DataStore {
     /// the server's `direct_write_min` tunable).
     pub(crate) fn with_direct_writes(mut self, min: u64) -> DataStore {
         self.direct = DirectWrites::new(min);
+        self
+    }
+
+    /// Large reads into a client's arena leave no pages behind in this server's page
+    /// cache (the server's `drop_behind_reads` tunable).
+    pub(crate) fn with_drop_behind(mut self, on: bool) -> DataStore {
+        self.drop_behind = on;
         self
     }
 
@@ -314,6 +325,13 @@ impl DataStore {
     /// `read` into `into` (a client's arena: `into.len()` bytes asked): the bytes
     /// read, fewer past the stripe's stored end. The kernel copies straight into the
     /// client's memory; no buffer of the server's in between.
+    ///
+    /// A client with an arena runs on this host, and its kernel caches what it reads
+    /// (the FUSE page cache): the same bytes in this server's page cache are a second
+    /// copy on one machine. So with `drop_behind` the pages of a large read are dropped
+    /// once copied (the device's readahead ahead of the reader stays): a stream reuses
+    /// the pages it just freed instead of taking fresh ones, which on this VM cost a
+    /// fault to the host each (docs/data-plane.md, "Reads drop behind them").
     pub(crate) fn read_into(
         &self,
         ino: InodeNo,
@@ -326,6 +344,9 @@ impl DataStore {
             return Ok(0);
         };
         let got = read_full(&f, u64::from(offset), &mut into[..n])?;
+        if self.drop_behind && got >= DROP_BEHIND_MIN {
+            drop_cached(&f, u64::from(offset), got);
+        }
         self.note_read(got);
         Ok(got as u32)
     }
@@ -563,6 +584,21 @@ impl DataStore {
 /// ends first. The buffer is not zero-filled first: perf of a streaming read showed the
 /// memset of every reply buffer at 6% of the read path's CPU, for bytes the read
 /// overwrites at once.
+/// Reads into an arena of at least this many bytes drop their pages behind them:
+/// a stream's pieces (1 MiB), not the small reads a file's reader may repeat.
+const DROP_BEHIND_MIN: usize = 256 << 10;
+
+/// Drop the clean cached pages of `len` bytes at `offset` of `f` (dirty ones stay
+/// until written back). Advice only: a failure changes no byte, so it is ignored.
+fn drop_cached(f: &File, offset: u64, len: usize) {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: advice on an open descriptor; no memory is passed.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), off, len, libc::POSIX_FADV_DONTNEED) };
+}
+
 fn read_into_new(f: &File, offset: u64, n: usize) -> std::io::Result<Vec<u8>> {
     use std::os::fd::AsRawFd;
     let mut buf: Vec<u8> = Vec::with_capacity(n);

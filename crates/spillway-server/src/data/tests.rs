@@ -299,3 +299,55 @@ fn a_file_system_refusing_direct_io_gets_buffered_writes() {
         assert_eq!(s.read(A, 0, 0, 2 << 20).unwrap(), big);
     }
 }
+
+/// A large read into a client's arena (`read_into`) leaves none of its pages in the
+/// server's page cache when `drop_behind` is on, a small one keeps them, and with it
+/// off every read keeps them; the bytes read are the same either way.
+#[test]
+fn large_arena_reads_drop_the_pages_behind_them() {
+    use std::os::fd::AsRawFd;
+    let (d, s) = store_in(tempfile::tempdir_in("/var/tmp").unwrap(), 64 << 20, 8);
+    // Buffered writes, so that the bytes start in the page cache.
+    let s = s.with_direct_writes(0).with_drop_behind(true);
+    let big: Vec<u8> = (0..(2u32 << 20)).map(|i| (i % 239) as u8).collect();
+    let stripes = d.path().join("stripes");
+    let (a, b) = (A, InodeNo(A.0 + 1));
+    let (pa, pb) = (
+        naming::stripe_path(&stripes, a, 0),
+        naming::stripe_path(&stripes, b, 0),
+    );
+    for (ino, path) in [(a, &pa), (b, &pb)] {
+        assert_eq!(s.write(ino, 0, 0, &big).unwrap(), big.len() as u32);
+        // As a server's pages come: read in by readahead (a buffered write of 2 MiB
+        // may sit in one large folio, which a drop of half of it leaves alone).
+        let f = File::open(path).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: advice on an open descriptor.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(resident_pages(path, big.len()), 0);
+        assert_eq!(std::fs::read(path).unwrap(), big);
+    }
+    assert_eq!(resident_pages(&pa, big.len()), 512);
+
+    let mut into = vec![0u8; 1 << 20];
+    assert_eq!(s.read_into(a, 0, 0, &mut into).unwrap(), 1 << 20);
+    assert_eq!(into, big[..1 << 20]);
+    assert_eq!(
+        resident_pages(&pa, 1 << 20),
+        0,
+        "a large arena read drops what it read"
+    );
+    assert_eq!(resident_pages(&pa, big.len()), 256, "the rest stays");
+
+    // A small read (a reader's repeated header, say) keeps its pages.
+    let mut small = vec![0u8; 4096];
+    assert_eq!(s.read_into(b, 0, 8192, &mut small).unwrap(), 4096);
+    assert_eq!(small, big[8192..8192 + 4096]);
+    assert_eq!(resident_pages(&pb, big.len()), 512);
+
+    // Off: a large read keeps its pages too.
+    let s = s.with_drop_behind(false);
+    assert_eq!(s.read_into(b, 0, 0, &mut into).unwrap(), 1 << 20);
+    assert_eq!(into, big[..1 << 20]);
+    assert_eq!(resident_pages(&pb, big.len()), 512);
+}

@@ -146,7 +146,8 @@ impl Fragment {
             env.tunables.fd_cache_size,
         )?
         .with_grant_limits((&env.tunables).into())
-        .with_direct_writes(env.tunables.direct_write_min);
+        .with_direct_writes(env.tunables.direct_write_min)
+        .with_drop_behind(env.tunables.drop_behind_reads);
         let t = &env.tunables;
         let frag = Arc::new(Fragment {
             stats: FragmentStats::default(),
