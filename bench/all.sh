@@ -20,7 +20,10 @@ started="$(date -u '+%Y-%m-%d %H:%M UTC')"
 SECONDS=0
 errors=()
 for b in "${BENCHES[@]}"; do
-    if ! "$HERE/$b.sh"; then
+    rc=0
+    "$HERE/$b.sh" || rc=$?
+    # 2: it ran and reported its rows, a target among them missed (staging.py says so).
+    if [[ $rc -ne 0 && $rc -ne 2 ]]; then
         errors+=("$b")
         printf '%s\t-\t-\t-\t-\t-\tERROR\n' "$b.sh" >>"$BENCH_RESULTS"
     fi
