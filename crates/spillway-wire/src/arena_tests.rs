@@ -146,6 +146,31 @@ fn a_read_dropped_unwaited_keeps_its_slot_until_the_server_lets_go() {
     srv.stop();
 }
 
+/// A write dropped before it was waited for (a file's write-behind given up with
+/// writes in flight) must not hand its slot back while the server may still be writing
+/// from it: the next write's bytes would go to disk in its place.
+#[test]
+fn a_write_dropped_unwaited_keeps_its_slot_until_the_server_lets_go() {
+    let (mut srv, addr, sink) = server(1500);
+    let arena = Arena::create(2 << 20, 1 << 20).unwrap();
+    let ep = endpoint(addr, &arena, Duration::from_secs(10));
+    ep.conn().unwrap();
+    let mut p = Payload::Arena(ep.arena_buf().unwrap());
+    p.extend_from_slice(&[9u8; 4096]);
+    let call = OwnedCall::queue(&ep, &write_req(0), p);
+    assert_eq!(arena.free_slots(), 1);
+    drop(call);
+    assert_eq!(
+        arena.free_slots(),
+        1,
+        "held while the server may still read it"
+    );
+    ep.disconnect();
+    wait_for("the slot comes back", || arena.free_slots() == 2);
+    assert_eq!(sink.seen.lock().unwrap().len(), 1);
+    srv.stop();
+}
+
 /// A raw connection's `ArenaOffer`.
 fn offer(conn: &Conn) -> Result<ArenaOfferReply, crate::conn::CallError> {
     let t = conn.send_raw(

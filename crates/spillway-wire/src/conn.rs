@@ -872,7 +872,9 @@ impl<C: Call> OwnedCall<C> {
     /// Wait for the reply (see `PendingCall::wait`); the bulk buffer comes back too
     /// (empty when the sending thread or an arena link still holds it).
     pub fn wait(mut self) -> (Result<C::Reply, Errno>, Payload) {
-        let (ep, body, bulk) = (self.ep.clone(), &self.body, self.bulk.clone());
+        // Taken out, as `drop` runs after this: what is left there is nothing to hold.
+        let bulk = std::mem::take(&mut self.bulk);
+        let (ep, body) = (self.ep.clone(), &self.body);
         let lent = &mut self.lent;
         let mut unanswered = false;
         let r = finish::<C>(
@@ -890,13 +892,24 @@ impl<C: Call> OwnedCall<C> {
                 sent
             },
         );
-        if unanswered {
-            if let Some(link) = self.lent.take() {
-                link.hold(self.bulk.clone());
+        // Answered: the server is done with the slot. Unanswered: it may still read it.
+        if let (Some(link), true) = (self.lent.take(), unanswered) {
+            link.hold(bulk.clone());
+        }
+        (r, Arc::try_unwrap(bulk).unwrap_or_default())
+    }
+}
+
+impl<C: Call> Drop for OwnedCall<C> {
+    /// Dropped without `wait` (a file's write-behind given up with writes in flight):
+    /// a send through the arena lent the slot to the server, which may still be
+    /// writing from it unless its reply is in; the slot must not go to the next write.
+    fn drop(&mut self) {
+        if let Some(link) = self.lent.take() {
+            if !self.is_done() {
+                link.hold(std::mem::take(&mut self.bulk));
             }
         }
-        drop(bulk);
-        (r, Arc::try_unwrap(self.bulk).unwrap_or_default())
     }
 }
 
