@@ -278,9 +278,12 @@ def test_libdatawarp_wait_and_query_report_a_terminated_stage(site, work):
     exe = _build(site, "dw_partial")
     d, p = work
     f = os.path.join(d, "f.dat")
-    digest = site.user.run(_write_big, f, 128 * MiB, 3)
+    # Big enough, and the terminate soon enough, that the second stage-out is still
+    # running when it comes: 128 MiB and 200 ms let a fast disk finish it first (the
+    # terminate then met a done stage: -EINVAL).
+    digest = site.user.run(_write_big, f, 512 * MiB, 3)
     dst = os.path.join(p, "f.dat")
-    rc, out, err = site.user.run(_run, [exe, f, dst, "200"], 120)
+    rc, out, err = site.user.run(_run, [exe, f, dst, "30"], 120)
     assert rc == 0, (out, err)
     assert "first-wait rc=0" in out and "first rc=0 complete=1 pending=0 deferred=0 failed=0" in out, out
     assert "terminate rc=0" in out, out
