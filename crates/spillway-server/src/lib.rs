@@ -9,6 +9,7 @@
 //! * `data`     — the stripe store (files, index, fd cache).
 //! * `purge`    — the thread deleting the data of purged inodes.
 //! * `locks`    — fcntl/OFD/flock locks of the inodes homed here, per client session.
+//! * `cache`    — cache instances (issue 18; being built): the write-behind log.
 //! * `stage`    — the stage engine: copies between the PFS and instances
 //!   (docs/staging.md).
 //! * `options`  — the command-line options of `spillway server` and `spillway-server`.
@@ -19,6 +20,10 @@
 #![warn(unreachable_pub)]
 
 mod auth;
+// Built ahead of the requests that will use it (issue 18, docs/cache.md): only its
+// tests reach it so far.
+#[cfg_attr(not(test), allow(dead_code))]
+mod cache;
 mod data;
 mod error;
 mod fragment;

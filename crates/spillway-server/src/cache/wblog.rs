@@ -1,0 +1,327 @@
+//! The write-behind log of a cache instance's fragment (docs/cache.md, "The
+//! write-behind log"): which byte ranges of which stripes are dirty, that is written to
+//! this server's stripe files and not yet to the PFS. The bytes themselves are in the
+//! stripe files; a write is answered only after its stripe bytes and then its `Dirty`
+//! record are on the device, so after a crash the log names every range whose bytes
+//! the PFS may still lack. A lost `Flushed` record only means a range is written to
+//! the PFS once more.
+//!
+//! Format: a sequence of records, each
+//! `magic "SWBL" | kind u8 | payload length u24 | sequence u64 | payload | crc32c u32`
+//! (little-endian; the crc covers everything before it). Kinds: 1 dirty, 2 flushed,
+//! 3 dropped (unlink, truncate, a stale cache dropped at open). Payload: inode u64,
+//! stripe u64, offset u64, length u64, PFS version [u8; 32]. The first record that is
+//! short or fails its magic, kind, length or crc ends the log: it is a torn tail, whose
+//! write was never answered.
+//!
+//! Storage goes through `LogFile`, implemented by a real file here and by a
+//! fault-injecting memory file in the tests (a crash keeps any prefix of what was
+//! written after the last sync).
+
+use super::ranges::RangeSet;
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 4] = b"SWBL";
+const HEADER: usize = 4 + 1 + 3 + 8;
+const PAYLOAD: usize = 8 * 4 + 32;
+const RECORD: usize = HEADER + PAYLOAD + 4;
+
+/// The PFS version a range was cached against: (size, mtime, ctime, st_ino) as the
+/// inode's home saw them, packed by the caller.
+pub(crate) type Version = [u8; 32];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Dirty = 1,
+    Flushed = 2,
+    Dropped = 3,
+}
+
+/// A byte range of one stripe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub ino: u64,
+    pub stripe: u64,
+    pub offset: u64,
+    pub len: u64,
+    pub version: Version,
+}
+
+/// What the log says is dirty: ranges per (inode, stripe), and each inode's version.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Dirty {
+    pub ranges: HashMap<(u64, u64), RangeSet>,
+    pub versions: HashMap<u64, Version>,
+}
+
+impl Dirty {
+    fn apply(&mut self, kind: Kind, e: &Extent) {
+        let end = e.offset.saturating_add(e.len);
+        let key = (e.ino, e.stripe);
+        match kind {
+            Kind::Dirty => {
+                self.ranges.entry(key).or_default().add(e.offset, end);
+                self.versions.insert(e.ino, e.version);
+            }
+            Kind::Flushed | Kind::Dropped => {
+                if let Some(r) = self.ranges.get_mut(&key) {
+                    r.remove(e.offset, end);
+                    if r.is_empty() {
+                        self.ranges.remove(&key);
+                    }
+                }
+                if !self.ranges.keys().any(|(i, _)| *i == e.ino) {
+                    self.versions.remove(&e.ino);
+                }
+            }
+        }
+    }
+
+    /// Bytes dirty in all.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.ranges.values().map(RangeSet::bytes).sum()
+    }
+}
+
+fn encode(seq: u64, kind: Kind, e: &Extent) -> [u8; RECORD] {
+    let mut b = [0u8; RECORD];
+    b[..4].copy_from_slice(MAGIC);
+    b[4] = kind as u8;
+    b[5..8].copy_from_slice(&(PAYLOAD as u32).to_le_bytes()[..3]);
+    b[8..16].copy_from_slice(&seq.to_le_bytes());
+    let p = &mut b[HEADER..HEADER + PAYLOAD];
+    for (i, v) in [e.ino, e.stripe, e.offset, e.len].into_iter().enumerate() {
+        p[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    p[32..].copy_from_slice(&e.version);
+    let crc = crc32c(&b[..HEADER + PAYLOAD]);
+    b[HEADER + PAYLOAD..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(v)
+}
+
+/// The record at the start of `b`, or None where the log ends (short, or any field
+/// wrong: a torn tail).
+fn decode(b: &[u8]) -> Option<(u64, Kind, Extent)> {
+    let r = b.get(..RECORD)?;
+    if &r[..4] != MAGIC {
+        return None;
+    }
+    let kind = match r[4] {
+        1 => Kind::Dirty,
+        2 => Kind::Flushed,
+        3 => Kind::Dropped,
+        _ => return None,
+    };
+    let len = u32::from_le_bytes([r[5], r[6], r[7], 0]) as usize;
+    let crc = u32::from_le_bytes([r[RECORD - 4], r[RECORD - 3], r[RECORD - 2], r[RECORD - 1]]);
+    if len != PAYLOAD || crc32c(&r[..RECORD - 4]) != crc {
+        return None;
+    }
+    let p = &r[HEADER..HEADER + PAYLOAD];
+    let mut version = [0u8; 32];
+    version.copy_from_slice(&p[32..]);
+    let e = Extent {
+        ino: u64_at(p, 0),
+        stripe: u64_at(p, 8),
+        offset: u64_at(p, 16),
+        len: u64_at(p, 24),
+        version,
+    };
+    Some((u64_at(r, 8), kind, e))
+}
+
+/// What a log's bytes say: the dirty set, the next sequence number, and how many bytes
+/// are whole records (the rest is a torn tail, cut off before appending).
+#[derive(Debug)]
+pub(crate) struct Recovered {
+    pub dirty: Dirty,
+    pub next_seq: u64,
+    pub valid_len: usize,
+}
+
+pub(crate) fn recover(bytes: &[u8]) -> Recovered {
+    let mut dirty = Dirty::default();
+    let (mut at, mut next_seq) = (0usize, 1u64);
+    while let Some((seq, kind, e)) = bytes.get(at..).and_then(decode) {
+        // Sequences only grow; a record that goes back is not this log's.
+        if seq < next_seq {
+            break;
+        }
+        dirty.apply(kind, &e);
+        next_seq = seq + 1;
+        at += RECORD;
+    }
+    Recovered {
+        dirty,
+        next_seq,
+        valid_len: at,
+    }
+}
+
+/// Where the log's bytes go.
+pub(crate) trait LogFile {
+    fn append(&mut self, b: &[u8]) -> io::Result<()>;
+    /// Everything appended so far survives a crash once this returns.
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+/// The log: its file, the next sequence number and the dirty set it describes.
+pub(crate) struct WbLog<F: LogFile> {
+    file: F,
+    next_seq: u64,
+    dirty: Dirty,
+}
+
+impl<F: LogFile> WbLog<F> {
+    /// A log over `file` whose existing bytes were `recovered`.
+    pub(crate) fn resume(file: F, recovered: Recovered) -> WbLog<F> {
+        WbLog {
+            file,
+            next_seq: recovered.next_seq,
+            dirty: recovered.dirty,
+        }
+    }
+
+    /// Append a record (durable at the next `sync`); the dirty set changes at once.
+    pub(crate) fn record(&mut self, kind: Kind, e: &Extent) -> io::Result<u64> {
+        let seq = self.next_seq;
+        self.file.append(&encode(seq, kind, e))?;
+        self.next_seq += 1;
+        self.dirty.apply(kind, e);
+        Ok(seq)
+    }
+
+    pub(crate) fn sync(&mut self) -> io::Result<()> {
+        self.file.sync()
+    }
+
+    pub(crate) fn dirty(&self) -> &Dirty {
+        &self.dirty
+    }
+}
+
+/// The log in a file of the fragment.
+pub(crate) struct FileLog {
+    f: std::fs::File,
+}
+
+impl FileLog {
+    /// Open (or create) the log at `path`: recover what it says, cut a torn tail off,
+    /// and append after the last whole record. A compaction interrupted before its
+    /// rename left `path` whole and a stray `.new`, which is removed.
+    pub(crate) fn open(path: &Path) -> io::Result<WbLog<FileLog>> {
+        let _ = std::fs::remove_file(new_path(path));
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let recovered = recover(&bytes);
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        if recovered.valid_len < bytes.len() {
+            f.set_len(recovered.valid_len as u64)?;
+            f.sync_data()?;
+        }
+        Ok(WbLog::resume(FileLog { f }, recovered))
+    }
+
+    /// Rewrite the log at `path` as one `Dirty` record per live range (the flushed and
+    /// dropped history gone): written to `<path>.new`, synced, renamed over `path`,
+    /// and the directory synced. A crash at any point leaves either log, whole.
+    pub(crate) fn compact(path: &Path, log: WbLog<FileLog>) -> io::Result<WbLog<FileLog>> {
+        let tmp = new_path(path);
+        let mut out = Vec::new();
+        let mut seq = log.next_seq;
+        let mut keys: Vec<_> = log.dirty.ranges.keys().copied().collect();
+        keys.sort_unstable();
+        for (ino, stripe) in keys {
+            let version = log.dirty.versions.get(&ino).copied().unwrap_or_default();
+            for (s, e) in log.dirty.ranges[&(ino, stripe)].iter() {
+                let ext = Extent {
+                    ino,
+                    stripe,
+                    offset: s,
+                    len: e - s,
+                    version,
+                };
+                out.extend_from_slice(&encode(seq, Kind::Dirty, &ext));
+                seq += 1;
+            }
+        }
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&out)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        drop(log);
+        Self::open(path)
+    }
+}
+
+fn new_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".new");
+    PathBuf::from(p)
+}
+
+impl LogFile for FileLog {
+    fn append(&mut self, b: &[u8]) -> io::Result<()> {
+        self.f.write_all(b)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        // SAFETY: fdatasync on an open descriptor.
+        if unsafe { libc::fdatasync(self.f.as_raw_fd()) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+/// CRC-32C (Castagnoli, reflected, as iSCSI and ext4 use it).
+fn crc32c(data: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut t = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = i as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 {
+                    (c >> 1) ^ 0x82F6_3B78
+                } else {
+                    c >> 1
+                };
+                k += 1;
+            }
+            t[i] = c;
+            i += 1;
+        }
+        t
+    };
+    let mut c = !0u32;
+    for &b in data {
+        c = TABLE[((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+#[cfg(test)]
+mod tests;
