@@ -91,17 +91,30 @@ fn writes_and_reads_go_through_the_arena_whole_and_give_their_slots_back() {
     srv.stop();
 }
 
+/// A server that answers each request after 1.5 s, and an endpoint connected to it
+/// with `deadline` and an arena of two 1 MiB slots.
+fn slow_server_two_slots(deadline: Duration) -> (Server, Arc<Sink>, Arc<Arena>, Arc<Endpoint>) {
+    let (srv, addr, sink) = server(1500);
+    let arena = Arena::create(2 << 20, 1 << 20).unwrap();
+    let ep = endpoint(addr, &arena, deadline);
+    ep.conn().unwrap();
+    (srv, sink, arena, ep)
+}
+
+/// A slot of `ep`'s arena holding 4 KiB of `byte`.
+fn slot_with(ep: &Endpoint, byte: u8) -> Payload {
+    let mut p = Payload::Arena(ep.arena_buf().unwrap());
+    p.extend_from_slice(&[byte; 4096]);
+    p
+}
+
 /// A call that ends without a reply (here: its deadline passes while the server is
 /// still at it) keeps its slot out of use until the server cannot touch it any more:
 /// the connection gone and the request finished.
 #[test]
 fn a_slot_without_a_reply_is_reused_only_after_the_server_lets_go() {
-    let (mut srv, addr, sink) = server(1500);
-    let arena = Arena::create(2 << 20, 1 << 20).unwrap();
-    let ep = endpoint(addr, &arena, Duration::from_millis(300));
-    ep.conn().unwrap();
-    let mut p = Payload::Arena(ep.arena_buf().unwrap());
-    p.extend_from_slice(&[7u8; 4096]);
+    let (mut srv, sink, arena, ep) = slow_server_two_slots(Duration::from_millis(300));
+    let p = slot_with(&ep, 7);
     let (r, back) = OwnedCall::queue(&ep, &write_req(0), p).wait();
     assert_eq!(r.unwrap_err(), Errno::ETIMEDOUT);
     assert!(back.is_empty(), "the slot stays with the link");
@@ -124,10 +137,7 @@ fn a_slot_without_a_reply_is_reused_only_after_the_server_lets_go() {
 /// read's bytes into it: the slot would go to the next write or read.
 #[test]
 fn a_read_dropped_unwaited_keeps_its_slot_until_the_server_lets_go() {
-    let (mut srv, addr, _sink) = server(1500);
-    let arena = Arena::create(2 << 20, 1 << 20).unwrap();
-    let ep = endpoint(addr, &arena, Duration::from_secs(10));
-    ep.conn().unwrap();
+    let (mut srv, _sink, arena, ep) = slow_server_two_slots(Duration::from_secs(10));
     let read = ep.start_read(&ReadReq {
         ino: InodeNo(1),
         stripe: 0,
@@ -151,12 +161,8 @@ fn a_read_dropped_unwaited_keeps_its_slot_until_the_server_lets_go() {
 /// from it: the next write's bytes would go to disk in its place.
 #[test]
 fn a_write_dropped_unwaited_keeps_its_slot_until_the_server_lets_go() {
-    let (mut srv, addr, sink) = server(1500);
-    let arena = Arena::create(2 << 20, 1 << 20).unwrap();
-    let ep = endpoint(addr, &arena, Duration::from_secs(10));
-    ep.conn().unwrap();
-    let mut p = Payload::Arena(ep.arena_buf().unwrap());
-    p.extend_from_slice(&[9u8; 4096]);
+    let (mut srv, sink, arena, ep) = slow_server_two_slots(Duration::from_secs(10));
+    let p = slot_with(&ep, 9);
     let call = OwnedCall::queue(&ep, &write_req(0), p);
     assert_eq!(arena.free_slots(), 1);
     drop(call);

@@ -50,31 +50,43 @@ pub(crate) struct Extent {
     pub version: Version,
 }
 
-/// What the log says is dirty: ranges per (inode, stripe), and each inode's version.
+/// What the log says is dirty: per inode, its version and its stripes' dirty ranges.
+/// An inode is here only while some range of it is dirty.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Dirty {
-    pub ranges: HashMap<(u64, u64), RangeSet>,
-    pub versions: HashMap<u64, Version>,
+    pub inodes: HashMap<u64, DirtyInode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DirtyInode {
+    pub version: Version,
+    pub stripes: HashMap<u64, RangeSet>,
 }
 
 impl Dirty {
     fn apply(&mut self, kind: Kind, e: &Extent) {
         let end = e.offset.saturating_add(e.len);
-        let key = (e.ino, e.stripe);
         match kind {
             Kind::Dirty => {
-                self.ranges.entry(key).or_default().add(e.offset, end);
-                self.versions.insert(e.ino, e.version);
+                let i = self.inodes.entry(e.ino).or_insert_with(|| DirtyInode {
+                    version: e.version,
+                    stripes: HashMap::new(),
+                });
+                i.version = e.version;
+                i.stripes.entry(e.stripe).or_default().add(e.offset, end);
             }
             Kind::Flushed | Kind::Dropped => {
-                if let Some(r) = self.ranges.get_mut(&key) {
+                let Some(i) = self.inodes.get_mut(&e.ino) else {
+                    return;
+                };
+                if let Some(r) = i.stripes.get_mut(&e.stripe) {
                     r.remove(e.offset, end);
                     if r.is_empty() {
-                        self.ranges.remove(&key);
+                        i.stripes.remove(&e.stripe);
                     }
                 }
-                if !self.ranges.keys().any(|(i, _)| *i == e.ino) {
-                    self.versions.remove(&e.ino);
+                if i.stripes.is_empty() {
+                    self.inodes.remove(&e.ino);
                 }
             }
         }
@@ -82,7 +94,8 @@ impl Dirty {
 
     /// Bytes dirty in all.
     pub(crate) fn bytes(&self) -> u64 {
-        self.ranges.values().map(RangeSet::bytes).sum()
+        let stripes = self.inodes.values().flat_map(|i| i.stripes.values());
+        stripes.map(RangeSet::bytes).sum()
     }
 }
 
@@ -244,20 +257,23 @@ impl FileLog {
         let tmp = new_path(path);
         let mut out = Vec::new();
         let mut seq = log.next_seq;
-        let mut keys: Vec<_> = log.dirty.ranges.keys().copied().collect();
-        keys.sort_unstable();
-        for (ino, stripe) in keys {
-            let version = log.dirty.versions.get(&ino).copied().unwrap_or_default();
-            for (s, e) in log.dirty.ranges[&(ino, stripe)].iter() {
-                let ext = Extent {
-                    ino,
-                    stripe,
-                    offset: s,
-                    len: e - s,
-                    version,
-                };
-                out.extend_from_slice(&encode(seq, Kind::Dirty, &ext));
-                seq += 1;
+        let mut inodes: Vec<_> = log.dirty.inodes.iter().collect();
+        inodes.sort_unstable_by_key(|(ino, _)| **ino);
+        for (&ino, i) in inodes {
+            let mut stripes: Vec<_> = i.stripes.iter().collect();
+            stripes.sort_unstable_by_key(|(k, _)| **k);
+            for (&stripe, ranges) in stripes {
+                for (s, e) in ranges.iter() {
+                    let ext = Extent {
+                        ino,
+                        stripe,
+                        offset: s,
+                        len: e - s,
+                        version: i.version,
+                    };
+                    out.extend_from_slice(&encode(seq, Kind::Dirty, &ext));
+                    seq += 1;
+                }
             }
         }
         {

@@ -580,10 +580,6 @@ impl DataStore {
     }
 }
 
-/// Read up to `n` bytes of `f` at `offset` into a new buffer, fewer where the file
-/// ends first. The buffer is not zero-filled first: perf of a streaming read showed the
-/// memset of every reply buffer at 6% of the read path's CPU, for bytes the read
-/// overwrites at once.
 /// Reads into an arena of at least this many bytes drop their pages behind them:
 /// a stream's pieces (1 MiB), not the small reads a file's reader may repeat.
 const DROP_BEHIND_MIN: usize = 256 << 10;
@@ -599,6 +595,10 @@ fn drop_cached(f: &File, offset: u64, len: usize) {
     unsafe { libc::posix_fadvise(f.as_raw_fd(), off, len, libc::POSIX_FADV_DONTNEED) };
 }
 
+/// Read up to `n` bytes of `f` at `offset` into a new buffer, fewer where the file
+/// ends first. The buffer is not zero-filled first: perf of a streaming read showed the
+/// memset of every reply buffer at 6% of the read path's CPU, for bytes the read
+/// overwrites at once.
 fn read_into_new(f: &File, offset: u64, n: usize) -> std::io::Result<Vec<u8>> {
     use std::os::fd::AsRawFd;
     let mut buf: Vec<u8> = Vec::with_capacity(n);

@@ -56,7 +56,7 @@ fn records_round_trip_and_flushed_ranges_leave_the_dirty_set() {
     log.record(Kind::Dropped, &ext(9, 2, 0, 1 << 20)).unwrap();
     let want = log.dirty().clone();
     assert_eq!(want.bytes(), 8192 - 1000);
-    assert!(!want.versions.contains_key(&9));
+    assert!(!want.inodes.contains_key(&9));
     log.sync().unwrap();
     let r = recover(&mem.bytes);
     assert_eq!(r.dirty, want);
