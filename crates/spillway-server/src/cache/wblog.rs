@@ -20,8 +20,9 @@
 
 use super::ranges::RangeSet;
 use std::collections::HashMap;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 4] = b"SWBL";
@@ -233,16 +234,17 @@ impl FileLog {
     /// rename left `path` whole and a stray `.new`, which is removed.
     pub(crate) fn open(path: &Path) -> io::Result<WbLog<FileLog>> {
         let _ = std::fs::remove_file(new_path(path));
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        let recovered = recover(&bytes);
-        let f = std::fs::OpenOptions::new()
+        // Never through a link: the server runs as root and the log is its own.
+        let mut f = std::fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)?;
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes)?;
+        let recovered = recover(&bytes);
         if recovered.valid_len < bytes.len() {
             f.set_len(recovered.valid_len as u64)?;
             f.sync_data()?;
@@ -277,7 +279,13 @@ impl FileLog {
             }
         }
         {
-            let mut f = std::fs::File::create(&tmp)?;
+            // `open` removed any earlier `.new`; one found now is not ours.
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&tmp)?;
             f.write_all(&out)?;
             f.sync_all()?;
         }
