@@ -295,6 +295,7 @@ def test_echo_small_on_a_full_disk_fails_or_lands_never_nul(full_cluster, loopfs
                     assert mine == theirs and mine in (b"old contents\n", b""), (name, rc, mine, theirs)
         finally:
             c.umount(other)
+            os.rmdir(other)
     finally:
         freed(loopfs)
 
