@@ -343,6 +343,17 @@ pub struct Configuration {
     pub root_permissions: u32,
     /// Group of the instance's root directory.
     pub group: u32,
+    /// A cache configuration's PFS directory and policies (absent for scratch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pfs: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_threshold: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_ahead: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_on_close: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_to_pfs: Option<bool>,
     pub links: ConfigurationLinks,
     pub state: State,
 }
@@ -366,6 +377,28 @@ pub struct NewConfiguration {
     /// Default: the owner's primary group.
     #[serde(default)]
     pub group: Option<u32>,
+    /// A cache configuration: the PFS directory it caches (absolute) and its policies
+    /// (docs/cache.md; absent ones take the defaults there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pfs: Option<String>,
+    /// Bytes dirty in one file that start its write-behind (default 64 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_threshold: Option<u64>,
+    /// Bytes read ahead past a read that missed (default 16 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_ahead: Option<u64>,
+    /// Closing a file writes its changes to the PFS first (default no).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_on_close: Option<bool>,
+    /// fsync writes a file's changes to the PFS (default no: the servers' SSDs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_to_pfs: Option<bool>,
+}
+
+/// The cache policies' defaults (docs/cache.md, "Policies").
+pub mod cache_defaults {
+    pub const MODIFIED_THRESHOLD: u64 = 64 << 20;
+    pub const READ_AHEAD: u64 = 16 << 20;
 }
 
 // ------------------------------------------------------------------ activations

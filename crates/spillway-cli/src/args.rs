@@ -284,6 +284,10 @@ pub struct ClusterUpArgs {
     /// kept for later `up`s of the same cluster.
     #[arg(long)]
     pub tunables: Option<PathBuf>,
+    /// Make the instance a cache of this PFS directory (docs/cache.md): the mount
+    /// shows its tree. It must lie under the servers' `pfs_roots` (--tunables).
+    #[arg(long, value_name = "DIR")]
+    pub cache_pfs: Option<PathBuf>,
 }
 
 /// A size option: the one parser of every tool (`spillway_api::size`: `G`/`GiB` are

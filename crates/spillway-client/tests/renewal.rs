@@ -40,6 +40,7 @@ fn write_descriptor(path: &Path, instance: u64, server: SocketAddr, credential: 
         capacity: 1 << 20,
         stripe_size: 1 << 20,
         credential,
+        cache: false,
     };
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, d.to_json()).unwrap();

@@ -55,6 +55,15 @@ pub fn config_type(s: &str) -> Result<ConfigType, String> {
     }
 }
 
+/// DataWarp's booleans: yes or no (true/false and 1/0 taken too).
+pub fn yes_no(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" => Ok(true),
+        "no" | "false" | "0" => Ok(false),
+        _ => Err(format!("{s:?} is not yes or no")),
+    }
+}
+
 pub fn policy(s: &str) -> Result<Policy, String> {
     Policy::parse(s.trim())
         .ok_or_else(|| format!("unknown policy {s:?} (choices: bandwidth, isolation)"))

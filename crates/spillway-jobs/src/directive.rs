@@ -56,6 +56,25 @@ pub struct JobDw {
     pub pfs: Option<String>,
     /// Spillway's own key: the instance's stripe size (bytes, a power of two).
     pub stripe_size: Option<u32>,
+    /// A cache instance's policies (absent: the defaults, docs/cache.md).
+    pub policy: CachePolicy,
+}
+
+/// The cache policies a `#DW jobdw type=cache` may set: `modified_threshold=<size>`,
+/// `read_ahead=<size>`, `sync_on_close=yes|no`, `sync_to_pfs=yes|no` (spec §3: the
+/// paper's policies; the key spelling is inferred, the values DataWarp's yes/no).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CachePolicy {
+    pub modified_threshold: Option<u64>,
+    pub read_ahead: Option<u64>,
+    pub sync_on_close: Option<bool>,
+    pub sync_to_pfs: Option<bool>,
+}
+
+impl CachePolicy {
+    fn is_empty(&self) -> bool {
+        *self == CachePolicy::default()
+    }
 }
 
 /// Which way a stage line copies, and what it names: the manager's own types.
@@ -204,6 +223,10 @@ fn jobdw(args: &[&str]) -> Result<Directive, String> {
             "pool",
             "pfs",
             "stripe_size",
+            "modified_threshold",
+            "read_ahead",
+            "sync_on_close",
+            "sync_to_pfs",
         ],
     )?;
     p.no_words(C)?;
@@ -239,6 +262,29 @@ fn jobdw(args: &[&str]) -> Result<Directive, String> {
             }
         }
     }
+    let policy = CachePolicy {
+        modified_threshold: p
+            .get("modified_threshold")
+            .map(|v| {
+                spillway_api::size::parse_size(v)
+                    .map_err(|e| format!("{C}: modified_threshold: {e}"))
+            })
+            .transpose()?,
+        read_ahead: p.get("read_ahead").map(|v| read_ahead(C, v)).transpose()?,
+        sync_on_close: p
+            .get("sync_on_close")
+            .map(|v| yes_no(C, "sync_on_close", v))
+            .transpose()?,
+        sync_to_pfs: p
+            .get("sync_to_pfs")
+            .map(|v| yes_no(C, "sync_to_pfs", v))
+            .transpose()?,
+    };
+    if kind == InstanceType::Scratch && !policy.is_empty() {
+        return Err(format!(
+            "{C}: modified_threshold, read_ahead, sync_on_close and sync_to_pfs are cache policies, for type=cache"
+        ));
+    }
     let stripe_size = p
         .get("stripe_size")
         .map(|v| stripe_size(C, v))
@@ -250,7 +296,25 @@ fn jobdw(args: &[&str]) -> Result<Directive, String> {
         pool,
         pfs,
         stripe_size,
+        policy,
     }))
+}
+
+fn read_ahead(c: &str, v: &str) -> Result<u64, String> {
+    let n = spillway_api::size::parse_size(v).map_err(|e| format!("{c}: read_ahead: {e}"))?;
+    if n > 1 << 30 {
+        return Err(format!("{c}: read_ahead={v} is more than 1GiB"));
+    }
+    Ok(n)
+}
+
+/// DataWarp's booleans: yes/no (true/false and 1/0 taken too).
+fn yes_no(c: &str, k: &str, v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" => Ok(true),
+        "no" | "false" | "0" => Ok(false),
+        _ => Err(format!("{c}: {k}={v:?} is not yes or no")),
+    }
 }
 
 fn persistentdw(args: &[&str]) -> Result<Directive, String> {

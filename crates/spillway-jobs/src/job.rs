@@ -196,12 +196,6 @@ fn assemble(located: &[Located], errors: &mut Vec<ScriptError>) -> JobSpec {
 /// What this Spillway cannot provide yet, said plainly rather than accepted and
 /// ignored.
 fn unsupported_jobdw(j: &JobDw) -> Option<String> {
-    if j.kind == InstanceType::Cache {
-        return Some(
-            "jobdw: type=cache is not supported yet (Spillway instances are scratch: stage data in and out with #DW stage_in/stage_out)"
-                .into(),
-        );
-    }
     unsupported_access("jobdw", j.access)
 }
 
@@ -287,6 +281,12 @@ fn instance_side(spec: &JobSpec, c: &str, key: &str, v: &str) -> Result<Instance
             Some(i) if i.spec.access.private && !i.spec.access.striped => {
                 return Err(format!(
                     "{c}: {key}={v} names $DW_JOB_STRIPED, but the job instance is private only (ask for access_mode=striped,private to stage)"
+                ))
+            }
+            Some(i) if i.spec.kind == InstanceType::Cache => {
+                return Err(format!(
+                    "{c}: the job instance is a cache of {}: its data moves between the PFS and the cache on demand, so it is not staged",
+                    i.spec.pfs.as_deref().unwrap_or("its PFS directory")
                 ))
             }
             Some(_) => Target::JobStriped,

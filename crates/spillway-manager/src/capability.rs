@@ -70,6 +70,7 @@ mod tests {
             stripe_size: 4096,
             secret: vec![5; 32],
             private: false,
+            cache: false,
         };
         let hex = credential(&w, "c1", &["10.0.0.7".into()], Duration::from_secs(3600)).unwrap();
         let bytes = spillway_types::descriptor::decode_hex(&hex).unwrap();

@@ -20,9 +20,6 @@
 #![warn(unreachable_pub)]
 
 mod auth;
-// Built ahead of the requests that will use it (issue 18, docs/cache.md): only its
-// tests reach it so far.
-#[cfg_attr(not(test), allow(dead_code))]
 mod cache;
 mod data;
 mod error;

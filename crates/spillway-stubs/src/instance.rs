@@ -163,7 +163,13 @@ impl Instance {
         self.server(ino.home())
     }
 
+    /// The server holding entry `name` of `parent`: spread over the servers for
+    /// scratch; for a cache instance, whose names are a PFS directory's, its server 0
+    /// (docs/cache.md).
     pub fn dentry_home(&self, parent: InodeNo, name: &[u8]) -> ServerIndex {
+        if self.desc.cache {
+            return ServerIndex(0);
+        }
         dentry_server(parent, name, self.count())
     }
 
@@ -271,17 +277,28 @@ impl Instance {
             .attr)
     }
 
+    /// The servers that may hold directory entries: all of them, or a cache
+    /// instance's server 0 alone (`dentry_home`).
+    fn entry_servers(&self) -> &[Arc<Endpoint>] {
+        let n = if self.desc.cache {
+            1
+        } else {
+            self.servers.len()
+        };
+        &self.servers[..n.min(self.servers.len())]
+    }
+
     /// Seal a directory on every server (it must be empty everywhere). On ENOTEMPTY
     /// anywhere the seals already made are undone.
     pub fn seal_dir(&self, ino: InodeNo) -> Result<(), Errno> {
         let calls: Vec<_> = self
-            .servers
+            .entry_servers()
             .iter()
             .map(|s| s.start(&SealDirReq { ino }, &[]))
             .collect();
         let results: Vec<Result<Empty, Errno>> = calls.into_iter().map(PendingCall::wait).collect();
         if let Some(err) = results.iter().find_map(|r| r.as_ref().err().copied()) {
-            for (s, r) in self.servers.iter().zip(&results) {
+            for (s, r) in self.entry_servers().iter().zip(&results) {
                 if r.is_ok() {
                     let _ = s.call(&UnsealDirReq { ino });
                 }
@@ -292,7 +309,7 @@ impl Instance {
     }
 
     pub fn unseal_dir(&self, ino: InodeNo) {
-        for s in &self.servers {
+        for s in self.entry_servers() {
             let _ = s.call(&UnsealDirReq { ino });
         }
     }
@@ -305,10 +322,10 @@ impl Instance {
     /// homes, in parallel. An entry whose inode vanished meanwhile stays without.
     pub fn read_dir(&self, dir: InodeNo, page: u32, plus: bool) -> Result<Vec<DirEntry>, Errno> {
         let mut out = Vec::new();
-        let mut cursors: Vec<Option<Vec<u8>>> = vec![Some(Vec::new()); self.servers.len()];
+        let servers = self.entry_servers();
+        let mut cursors: Vec<Option<Vec<u8>>> = vec![Some(Vec::new()); servers.len()];
         while cursors.iter().any(Option::is_some) {
-            let calls: Vec<_> = self
-                .servers
+            let calls: Vec<_> = servers
                 .iter()
                 .zip(&cursors)
                 .map(|(s, c)| {
@@ -590,6 +607,7 @@ mod tests {
             capacity: 1 << 30,
             stripe_size: 1 << 20,
             credential: encode_hex(credential),
+            cache: false,
         }
         .to_json()
     }

@@ -18,6 +18,10 @@ pub struct InstanceDescriptor {
     pub stripe_size: u32,
     /// Hex-encoded credential that the servers require in the connection handshake.
     pub credential: String,
+    /// A cache instance (docs/cache.md): its namespace is a PFS directory's, served by
+    /// its server 0 alone, so every directory entry is that server's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cache: bool,
 }
 
 #[derive(Debug)]
@@ -115,6 +119,7 @@ mod tests {
             capacity: 1 << 30,
             stripe_size: 8 << 20,
             credential: encode_hex(b"secret"),
+            cache: false,
         }
     }
 

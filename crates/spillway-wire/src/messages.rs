@@ -520,6 +520,52 @@ wire_struct!(
     AllocReportReq { server: u16, entries: Vec<InoBytes> }
 );
 
+// ---- cache instances (opcodes 110-119, docs/cache.md) ------------------------------
+wire_struct!(
+    /// Peer role only (the manager, proving the instance secret): make this fragment a
+    /// cache of PFS directory `pfs_dir`, which must lie beneath one of the server's
+    /// `pfs_roots` and be reachable by `uid`/`gid` (the instance owner). Sent to every
+    /// server of the instance; sending it again with the same directory is a no-op,
+    /// with another one EEXIST.
+    CacheConfigReq {
+        pfs_dir: String,
+        uid: u32,
+        gid: u32,
+        /// Bytes dirty in one file that start its write-behind.
+        modified_threshold: u64,
+        /// Bytes fetched past a read that missed.
+        read_ahead: u64,
+        /// Closing a file writes its changes to the PFS before the close returns.
+        sync_on_close: bool,
+        /// fsync writes a file's changes to the PFS (not only the servers' SSDs).
+        sync_to_pfs: bool
+    }
+);
+wire_struct!(
+    /// Peer role only: what the data side needs to reach a cached file on the PFS,
+    /// answered by the instance's namespace server (server 0).
+    CacheResolveReq { ino: InodeNo }
+);
+wire_struct!(CacheResolveReply {
+    handle_type: i32,
+    handle: Vec<u8>,
+    uid: u32,
+    gid: u32,
+    stripe_size: u32,
+    stripe_width: u16
+});
+wire_struct!(
+    /// Write a file's cached changes to the PFS and wait until they are there
+    /// (`dw_wait_sync_complete`, `sync_on_close`, `sync_to_pfs`); sent to each server
+    /// that may hold a stripe of it.
+    CacheFlushReq { ino: InodeNo }
+);
+wire_struct!(
+    /// Bytes of an instance's cached data not yet on the PFS, on this server.
+    CacheStatusReply { dirty_bytes: u64, dirty_files: u64 }
+);
+wire_struct!(CacheStatusReq {});
+
 // ---- locks: fcntl byte ranges, OFD locks, flock (opcodes 90-99, docs/data-plane.md) --
 /// `LockReq::class`: Linux keeps two lock spaces that never conflict with each other.
 pub mod lock_class {
@@ -919,6 +965,10 @@ calls! {
     // Answered by the wire layer as Write and ReadInto (serve.rs).
     69 WriteArenaReq -> WriteReply, true;
     103 ReadArenaReq -> ReadArenaReply, true;
+    110 CacheConfigReq -> Empty, true;
+    111 CacheResolveReq -> CacheResolveReply, true;
+    112 CacheFlushReq -> Empty, true;
+    113 CacheStatusReq -> CacheStatusReply, true;
 }
 
 impl Call for WriteReq {

@@ -42,6 +42,7 @@ fn instance() -> Arc<Instance> {
         capacity: 1 << 30,
         stripe_size: 1 << 20,
         credential: "00".into(),
+        cache: false,
     };
     Arc::new(Instance::new(
         desc,

@@ -100,6 +100,21 @@ pub enum Create {
         kind: ConfigType,
         #[arg(long, value_name = "INST-ID")]
         instance: u64,
+        /// type cache: the PFS directory to cache (docs/cache.md)
+        #[arg(long, value_name = "DIR")]
+        pfs: Option<String>,
+        /// type cache: dirty bytes in one file that start its write-behind [default: 64MiB]
+        #[arg(long, value_parser = args::size, value_name = "SIZE")]
+        modified_threshold: Option<u64>,
+        /// type cache: bytes read ahead past a read that missed [default: 16MiB]
+        #[arg(long, value_parser = args::size, value_name = "SIZE")]
+        read_ahead: Option<u64>,
+        /// type cache: closing a file writes its changes to the PFS first (yes/no)
+        #[arg(long, value_parser = args::yes_no, value_name = "YES|NO")]
+        sync_on_close: Option<bool>,
+        /// type cache: fsync writes a file's changes to the PFS (yes/no)
+        #[arg(long, value_parser = args::yes_no, value_name = "YES|NO")]
+        sync_to_pfs: Option<bool>,
     },
     /// An activation: a configuration mounted on a session's client nodes
     #[command(alias = "activations")]
@@ -190,6 +205,11 @@ pub fn create_request(c: &Create) -> Request {
             access_mode,
             kind,
             instance,
+            pfs,
+            modified_threshold,
+            read_ahead,
+            sync_on_close,
+            sync_to_pfs,
         } => post(
             paths::CONFIGURATIONS,
             &NewConfiguration {
@@ -198,6 +218,11 @@ pub fn create_request(c: &Create) -> Request {
                 access_mode: *access_mode,
                 root_permissions: *root_permissions,
                 group: *group,
+                pfs: pfs.clone(),
+                modified_threshold: *modified_threshold,
+                read_ahead: *read_ahead,
+                sync_on_close: *sync_on_close,
+                sync_to_pfs: *sync_to_pfs,
             },
         ),
         Create::Activation {

@@ -27,6 +27,7 @@ fn jobdw_with_every_key() {
             pool: Some("wlm_pool".into()),
             pfs: None,
             stripe_size: Some(1 << 20),
+            policy: CachePolicy::default(),
         })
     );
     // Defaults: scratch, striped, the site's default pool.
@@ -39,6 +40,7 @@ fn jobdw_with_every_key() {
             pool: None,
             pfs: None,
             stripe_size: None,
+            policy: CachePolicy::default(),
         })
     );
     let Directive::JobDw(j) = one("#DW jobdw access_mode=private,striped capacity=1G").unwrap()
@@ -54,6 +56,22 @@ fn jobdw_with_every_key() {
     assert_eq!(
         (j.kind, j.access.ldbal, j.pfs.as_deref()),
         (InstanceType::Cache, true, Some("/lus/x"))
+    );
+    // A cache's policies (docs/cache.md, "Policies").
+    let Directive::JobDw(j) = one(
+        "#DW jobdw type=cache pfs=/lus/x capacity=1G modified_threshold=8MiB read_ahead=1MiB sync_on_close=yes sync_to_pfs=no",
+    )
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        j.policy,
+        CachePolicy {
+            modified_threshold: Some(8 << 20),
+            read_ahead: Some(1 << 20),
+            sync_on_close: Some(true),
+            sync_to_pfs: Some(false),
+        }
     );
 }
 
@@ -98,6 +116,18 @@ fn jobdw_refusals_say_what_is_wrong() {
         "pfs= is for type=cache",
     );
     refused("#DW jobdw type=cache pfs=lus/x capacity=1GiB", "absolute");
+    refused(
+        "#DW jobdw capacity=1GiB sync_on_close=yes",
+        "cache policies, for type=cache",
+    );
+    refused(
+        "#DW jobdw type=cache pfs=/x capacity=1GiB sync_to_pfs=maybe",
+        "not yes or no",
+    );
+    refused(
+        "#DW jobdw type=cache pfs=/x capacity=1GiB read_ahead=2GiB",
+        "more than 1GiB",
+    );
     refused("#DW jobdw pool=a/b capacity=1GiB", "not a pool name");
     refused("#DW jobdw stripe_size=3MiB capacity=1GiB", "power of two");
     refused("#DW jobdw stripe_size=4KiB capacity=1GiB", "power of two");

@@ -145,9 +145,9 @@ fn how_directives_fit_together() {
     refused("#!/bin/sh\n#DW jobdw capacity=1G\n#DW stage_in type=list source=/a destination=$DW_JOB_STRIPED/\n", 3, "type=list is not supported");
     refused("#!/bin/sh\n#DW swap 1GiB\n", 2, "not supported");
     refused(
-        "#!/bin/sh\n#DW jobdw type=cache pfs=/lus capacity=1G\n",
-        2,
-        "type=cache is not supported",
+        "#!/bin/sh\n#DW jobdw type=cache pfs=/lus capacity=1G\n#DW stage_in type=file source=/a destination=$DW_JOB_STRIPED/a\n",
+        3,
+        "is a cache of /lus",
     );
     refused(
         "#!/bin/sh\n#DW jobdw access_mode=ldbal capacity=1G\n",
@@ -155,6 +155,17 @@ fn how_directives_fit_together() {
         "ldbal",
     );
     refused("#!/bin/sh\n#DW jobdw access_mode=private capacity=1G\n#DW stage_in type=file source=/a destination=$DW_JOB_STRIPED/a\n", 3, "private only");
+}
+
+#[test]
+fn a_cache_job_needs_no_stage_lines() {
+    let j = parse("#!/bin/sh\n#DW jobdw type=cache pfs=/lus/proj capacity=1G sync_on_close=yes\n")
+        .unwrap();
+    let i = j.instance.unwrap();
+    assert_eq!(i.spec.kind, InstanceType::Cache);
+    assert_eq!(i.spec.pfs.as_deref(), Some("/lus/proj"));
+    assert_eq!(i.spec.policy.sync_on_close, Some(true));
+    assert!(j.stage_in.is_empty() && j.stage_out.is_empty());
 }
 
 #[test]

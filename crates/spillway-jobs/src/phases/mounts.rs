@@ -11,6 +11,7 @@
 
 use super::lookup::{Job, PersistentUse};
 use super::{wait_for, PhaseError, PhaseResult, STORAGE_WAIT};
+use crate::directive::InstanceType;
 use crate::job::JobSpec;
 use spillway_api::{
     AccessMode, Activation, ApiClient, ApiError, Goal, NewActivation, Session, SessionUpdate,
@@ -20,6 +21,8 @@ use spillway_api::{
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MountKind {
     JobStriped,
+    /// The job instance is a cache (docs/cache.md): mounted as DataWarp names it.
+    JobStripedCache,
     JobPrivate,
     Persistent(String),
 }
@@ -29,6 +32,7 @@ pub fn mount_point(mount_root: &str, token: &str, kind: &MountKind) -> String {
     let root = mount_root.trim_end_matches('/');
     match kind {
         MountKind::JobStriped => format!("{root}/batch/{token}_striped_scratch"),
+        MountKind::JobStripedCache => format!("{root}/batch/{token}_striped_cache"),
         MountKind::JobPrivate => format!("{root}/batch/{token}_private_scratch"),
         MountKind::Persistent(name) => format!("{root}/batch/{name}_{token}_striped_scratch"),
     }
@@ -38,11 +42,17 @@ fn mount_root(api: &ApiClient) -> PhaseResult<String> {
     Ok(api.resources()?.mount_root)
 }
 
-/// The job's mounts and the variable each is given to the job as.
+/// The job's mounts and the variable each is given to the job as. A cache instance's
+/// mount is given twice: `DW_JOB_STRIPED_CACHE` (the DWS API's name) and
+/// `DW_JOB_STRIPED_CACHED` (the spelling old scripts use; spec §4).
 fn mounts(spec: &JobSpec) -> Vec<(MountKind, String)> {
     let mut out = Vec::new();
     if let Some(i) = &spec.instance {
-        if i.spec.access.striped || !i.spec.access.private {
+        if i.spec.kind == InstanceType::Cache {
+            for var in ["DW_JOB_STRIPED_CACHE", "DW_JOB_STRIPED_CACHED"] {
+                out.push((MountKind::JobStripedCache, var.to_string()));
+            }
+        } else if i.spec.access.striped || !i.spec.access.private {
             out.push((MountKind::JobStriped, "DW_JOB_STRIPED".to_string()));
         }
         if i.spec.access.private {
@@ -121,10 +131,17 @@ pub fn pre_run(
     let root = mount_root(api)?;
     let existing = activations_of(api, &session)?;
     let mut ids = Vec::new();
+    let mut kinds: Vec<MountKind> = Vec::new();
     for (kind, _) in mounts(spec) {
+        // A cache's mount is given under two names: mounted once.
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    for kind in kinds {
         let configuration = match &kind {
-            MountKind::JobStriped | MountKind::JobPrivate => {
-                let mode = if kind == MountKind::JobStriped {
+            MountKind::JobStriped | MountKind::JobStripedCache | MountKind::JobPrivate => {
+                let mode = if kind != MountKind::JobPrivate {
                     AccessMode::Stripe
                 } else {
                     AccessMode::Private
@@ -218,4 +235,40 @@ pub fn post_run(api: &ApiClient, token: &str) -> PhaseResult<String> {
         )?;
     }
     Ok(format!("unmounted {} instance(s)", live.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(script: &str) -> Vec<(MountKind, String)> {
+        mounts(&JobSpec::parse(script.as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn a_cache_job_gets_both_spellings_of_its_variable_on_one_mount() {
+        let v = vars("#!/bin/sh\n#DW jobdw type=cache pfs=/lus/p capacity=1G\n");
+        assert_eq!(
+            v,
+            vec![
+                (
+                    MountKind::JobStripedCache,
+                    "DW_JOB_STRIPED_CACHE".to_string()
+                ),
+                (
+                    MountKind::JobStripedCache,
+                    "DW_JOB_STRIPED_CACHED".to_string()
+                ),
+            ]
+        );
+        assert_eq!(
+            mount_point("/mnt/dw/", "42", &MountKind::JobStripedCache),
+            "/mnt/dw/batch/42_striped_cache"
+        );
+        let v = vars("#!/bin/sh\n#DW jobdw capacity=1G\n");
+        assert_eq!(
+            v,
+            vec![(MountKind::JobStriped, "DW_JOB_STRIPED".to_string())]
+        );
+    }
 }

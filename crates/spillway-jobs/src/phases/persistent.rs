@@ -48,6 +48,13 @@ pub fn create_persistent(api: &ApiClient, p: &NewPersistent) -> PhaseResult<Stri
             access_mode: p.access,
             root_permissions: None,
             group: None,
+            // A persistent cache has no PFS directory through Slurm (docs/cache.md,
+            // open question 1): refused when its directive is read.
+            pfs: None,
+            modified_threshold: None,
+            read_ahead: None,
+            sync_on_close: None,
+            sync_to_pfs: None,
         })?,
     };
     Ok(format!(

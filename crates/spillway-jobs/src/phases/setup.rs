@@ -7,6 +7,7 @@
 use super::lookup::{live_session_of, Job};
 use super::stages::{ensure_stage, stage_request};
 use super::{PhaseError, PhaseResult};
+use crate::directive::{InstanceType, JobDw};
 use crate::job::{JobSpec, Target};
 use spillway_api::{
     AccessMode, ApiClient, ConfigType, NewConfiguration, NewInstance, NewSession, Session,
@@ -67,13 +68,9 @@ pub fn setup(api: &ApiClient, spec: &JobSpec, req: &SetupRequest) -> PhaseResult
     for mode in modes {
         let c = match job.configuration(mode) {
             Some(c) => c.clone(),
-            None => api.create_configuration(&NewConfiguration {
-                instance: instance.id,
-                kind: ConfigType::Scratch,
-                access_mode: mode,
-                root_permissions: None,
-                group: Some(req.group),
-            })?,
+            None => {
+                api.create_configuration(&configuration_of(&ji.spec, instance.id, mode, req.group))?
+            }
         };
         confs.push(format!("{} {}", mode.as_str(), c.id));
     }
@@ -118,4 +115,26 @@ fn session(api: &ApiClient, req: &SetupRequest) -> PhaseResult<Session> {
             req.owner
         ),
     )
+}
+
+/// The configuration a job's `#DW jobdw` asks for in access mode `mode`: scratch, or a
+/// cache of its `pfs=` directory with the policies it names (docs/cache.md).
+fn configuration_of(j: &JobDw, instance: u64, mode: AccessMode, group: u32) -> NewConfiguration {
+    let cache = j.kind == InstanceType::Cache;
+    NewConfiguration {
+        instance,
+        kind: if cache {
+            ConfigType::Cache
+        } else {
+            ConfigType::Scratch
+        },
+        access_mode: mode,
+        root_permissions: None,
+        group: Some(group),
+        pfs: j.pfs.clone().filter(|_| cache),
+        modified_threshold: j.policy.modified_threshold,
+        read_ahead: j.policy.read_ahead,
+        sync_on_close: j.policy.sync_on_close,
+        sync_to_pfs: j.policy.sync_to_pfs,
+    }
 }

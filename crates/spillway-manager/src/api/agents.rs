@@ -152,6 +152,7 @@ fn describe(w: &MountWork, node: &str, addrs: &[String], lifetime: Duration) -> 
         capacity: w.capacity,
         stripe_size: w.stripe_size,
         credential,
+        cache: w.cache,
     };
     AgentMount {
         activation: w.activation,
@@ -196,6 +197,7 @@ mod tests {
             stripe_size: 4096,
             secret: vec![5; 32],
             private,
+            cache: false,
         }
     }
 

@@ -550,12 +550,7 @@ impl Db {
         v: Viewer,
         c: &NewConfiguration,
     ) -> DbResult<Configuration> {
-        if c.kind != ConfigType::Scratch {
-            return Err(DbError::Invalid(format!(
-                "configuration type {:?} is not supported yet (supported: scratch)",
-                c.kind.as_str()
-            )));
-        }
+        let cache = cache_policy(c)?;
         if !matches!(c.access_mode, AccessMode::Stripe | AccessMode::Private) {
             return Err(DbError::Invalid(format!(
                 "access mode {:?} is not supported yet (supported: stripe, private)",
@@ -604,6 +599,21 @@ impl Db {
             ],
         )?;
         let id = tx.last_insert_rowid() as u64;
+        if let Some(p) = cache {
+            tx.execute(
+                "INSERT INTO cache_configs(configuration, pfs, modified_threshold, read_ahead,
+                                           sync_on_close, sync_to_pfs)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    id as i64,
+                    p.pfs,
+                    p.modified_threshold as i64,
+                    p.read_ahead as i64,
+                    p.sync_on_close,
+                    p.sync_to_pfs
+                ],
+            )?;
+        }
         tx.commit()?;
         self.configuration(Viewer::Admin, id)
     }
@@ -818,6 +828,83 @@ fn mounts_overlap(a: &str, b: &str) -> bool {
     let (a, b) = (components(a), components(b));
     let n = a.len().min(b.len());
     a[..n] == b[..n]
+}
+
+/// A cache configuration's directory and policies, defaults applied (`None` for
+/// scratch); what this manager cannot build yet, refused with the reason.
+pub(super) struct CacheSettings {
+    pub pfs: String,
+    pub modified_threshold: u64,
+    pub read_ahead: u64,
+    pub sync_on_close: bool,
+    pub sync_to_pfs: bool,
+}
+
+fn cache_policy(c: &NewConfiguration) -> DbResult<Option<CacheSettings>> {
+    let any_policy = c.modified_threshold.is_some()
+        || c.read_ahead.is_some()
+        || c.sync_on_close.is_some()
+        || c.sync_to_pfs.is_some();
+    match c.kind {
+        ConfigType::Scratch => {
+            if c.pfs.is_some() || any_policy {
+                return Err(DbError::Invalid(
+                    "pfs and the cache policies are for configurations of type cache; a scratch \
+                     instance is staged instead"
+                        .into(),
+                ));
+            }
+            Ok(None)
+        }
+        ConfigType::Cache => {
+            let Some(pfs) = &c.pfs else {
+                return Err(DbError::Invalid(
+                    "a configuration of type cache needs pfs: the PFS directory to cache".into(),
+                ));
+            };
+            let p = std::path::Path::new(pfs);
+            let normal = p.components().all(|x| {
+                matches!(
+                    x,
+                    std::path::Component::RootDir | std::path::Component::Normal(_)
+                )
+            });
+            if !p.is_absolute() || !normal || pfs.len() > 4096 || pfs.contains('\0') {
+                return Err(DbError::Invalid(format!(
+                    "pfs {} must be an absolute path without . or .. components",
+                    crate::echo::quoted(pfs)
+                )));
+            }
+            if c.access_mode != AccessMode::Stripe {
+                return Err(DbError::Invalid(format!(
+                    "access mode {:?} is not supported for a cache yet (supported: stripe)",
+                    c.access_mode.as_str()
+                )));
+            }
+            let ra = c
+                .read_ahead
+                .unwrap_or(spillway_api::model::cache_defaults::READ_AHEAD);
+            if ra > 1 << 30 {
+                return Err(DbError::Invalid(format!(
+                    "read_ahead {ra} is more than 1 GiB"
+                )));
+            }
+            let trimmed = pfs.trim_end_matches('/');
+            Ok(Some(CacheSettings {
+                pfs: if trimmed.is_empty() { "/" } else { trimmed }.to_string(),
+                modified_threshold: c
+                    .modified_threshold
+                    .unwrap_or(spillway_api::model::cache_defaults::MODIFIED_THRESHOLD),
+                read_ahead: ra,
+                sync_on_close: c.sync_on_close.unwrap_or(false),
+                sync_to_pfs: c.sync_to_pfs.unwrap_or(false),
+            }))
+        }
+        ConfigType::Swap => Err(DbError::Invalid(format!(
+            "configuration type {:?} is not supported yet (supported: scratch, cache)",
+            c.kind.as_str()
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ mod views;
 
 pub use changes::NewInstancePlan;
 pub use reconcile::{
-    unmount_item, CallError, ConfigWork, DestroyFragment, FragmentWork, MountWork, NodeProbe,
+    unmount_item, CacheWork, CallError, ConfigWork, DestroyFragment, FragmentWork, MountWork,
+    NodeProbe,
 };
 pub use stages::{
     instance_paths, norm_path, FileEvent, FileState, LiveStage, Progress, StageEnd, StageFilter,

@@ -3,7 +3,7 @@
 
 use super::{now, Db, DbResult, FUSE_LIMIT};
 use rusqlite::params;
-use spillway_api::{AccessMode, AgentMount, AgentReport, Goal};
+use spillway_api::{AccessMode, AgentMount, AgentReport, ConfigType, Goal};
 
 /// Why a call to a server did not reach its goal. Only refusals count toward the fuse:
 /// an unreachable server is retried for as long as it takes (it goes offline after the
@@ -67,6 +67,19 @@ pub struct ConfigWork {
     pub secret: Vec<u8>,
     pub mode: u32,
     pub gid: u32,
+    /// A cache configuration: what every server is told to cache, for whom.
+    pub cache: Option<CacheWork>,
+}
+
+/// The `CacheConfigReq` of a cache configuration.
+#[derive(Clone, Debug)]
+pub struct CacheWork {
+    pub pfs: String,
+    pub owner: u32,
+    pub modified_threshold: u64,
+    pub read_ahead: u64,
+    pub sync_on_close: bool,
+    pub sync_to_pfs: bool,
 }
 
 /// Everything an agent needs to mount one instance (the capability is minted by the
@@ -84,6 +97,8 @@ pub struct MountWork {
     /// The configuration's access mode is `private`: the node's mount shows its own
     /// directory of the instance (`spillway_api::private_root_dir`).
     pub private: bool,
+    /// The configuration is a cache (its namespace is a PFS directory's).
+    pub cache: bool,
 }
 
 impl Db {
@@ -233,28 +248,45 @@ impl Db {
     }
 
     pub fn config_work(&self) -> DbResult<Vec<ConfigWork>> {
-        let rows: Vec<(u64, u64, Vec<u8>, u32, u32)> = {
+        type Row = (u64, u64, Vec<u8>, u32, u32, Option<CacheWork>);
+        let rows: Vec<Row> = {
             let mut st = self.conn().prepare_cached(
-                "SELECT c.id, c.instance, i.secret, c.root_permissions, c.grp
+                "SELECT c.id, c.instance, i.secret, c.root_permissions, c.grp,
+                        k.pfs, s.owner, k.modified_threshold, k.read_ahead, k.sync_on_close,
+                        k.sync_to_pfs
                  FROM configurations c JOIN instances i ON i.id = c.instance
+                 JOIN sessions s ON s.id = i.session
+                 LEFT JOIN cache_configs k ON k.configuration = c.id
                  WHERE c.goal = 'create' AND c.actualized = 0 AND c.failures < ?1
                    AND i.goal = 'create' AND i.actualized = 1 ORDER BY c.id",
             )?;
             let rows = st
                 .query_map([FUSE_LIMIT], |r| {
+                    let cache = match r.get::<_, Option<String>>(5)? {
+                        Some(pfs) => Some(CacheWork {
+                            pfs,
+                            owner: r.get::<_, i64>(6)? as u32,
+                            modified_threshold: r.get::<_, i64>(7)? as u64,
+                            read_ahead: r.get::<_, i64>(8)? as u64,
+                            sync_on_close: r.get(9)?,
+                            sync_to_pfs: r.get(10)?,
+                        }),
+                        None => None,
+                    };
                     Ok((
                         r.get::<_, i64>(0)? as u64,
                         r.get::<_, i64>(1)? as u64,
                         r.get(2)?,
                         r.get::<_, i64>(3)? as u32,
                         r.get::<_, i64>(4)? as u32,
+                        cache,
                     ))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             rows
         };
         rows.into_iter()
-            .map(|(configuration, instance, secret, mode, gid)| {
+            .map(|(configuration, instance, secret, mode, gid, cache)| {
                 Ok(ConfigWork {
                     configuration,
                     instance,
@@ -262,6 +294,7 @@ impl Db {
                     secret,
                     mode,
                     gid,
+                    cache,
                 })
             })
             .collect()
@@ -309,6 +342,8 @@ impl Db {
             -- a configuration goes when nothing activates it
             DELETE FROM configurations WHERE goal = 'destroy'
               AND NOT EXISTS (SELECT 1 FROM activations a WHERE a.configuration = configurations.id);
+            DELETE FROM cache_configs
+              WHERE configuration NOT IN (SELECT id FROM configurations);
             ",
         )?;
         // Staging's part of a teardown: deferred stage-outs activated, stage-ins ended.
@@ -418,7 +453,7 @@ impl Db {
             let mut st = self.conn().prepare_cached(
                 "SELECT a.id, a.goal, a.mount, i.id, i.bytes, i.stripe_size, i.secret,
                         (c.actualized = 1 AND i.actualized = 1 AND a.failures < ?2),
-                        c.access_mode
+                        c.access_mode, c.type
                  FROM activations a JOIN activation_nodes n ON n.activation = a.id
                  JOIN configurations c ON c.id = a.configuration
                  JOIN instances i ON i.id = c.instance
@@ -440,6 +475,7 @@ impl Db {
                             stripe_size: r.get::<_, i64>(5)? as u32,
                             secret: r.get(6)?,
                             private: r.get::<_, String>(8)? == AccessMode::Private.as_str(),
+                            cache: r.get::<_, String>(9)? == ConfigType::Cache.as_str(),
                         },
                         r.get::<_, bool>(7)?,
                     ))

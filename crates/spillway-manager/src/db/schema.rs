@@ -163,6 +163,16 @@ CREATE TABLE IF NOT EXISTS stage_files (
     PRIMARY KEY (instance, path)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS stage_files_stage ON stage_files(stage);
+-- A configuration of type cache: the PFS directory it caches and its policies, with
+-- the defaults applied (docs/cache.md). A row goes with its configuration.
+CREATE TABLE IF NOT EXISTS cache_configs (
+    configuration      INTEGER PRIMARY KEY,
+    pfs                TEXT NOT NULL,
+    modified_threshold INTEGER NOT NULL,
+    read_ahead         INTEGER NOT NULL,
+    sync_on_close      INTEGER NOT NULL,
+    sync_to_pfs        INTEGER NOT NULL
+);
 -- Per-instance stage concurrency (absent: the site default), already clamped.
 CREATE TABLE IF NOT EXISTS stage_limits (
     instance    INTEGER PRIMARY KEY,

@@ -213,6 +213,11 @@ fn destroy_cascades_once_servers_and_agents_are_done() {
                 access_mode: AccessMode::Stripe,
                 root_permissions: None,
                 group: None,
+                pfs: None,
+                modified_threshold: None,
+                read_ahead: None,
+                sync_on_close: None,
+                sync_to_pfs: None,
             },
         )
         .unwrap();
@@ -305,6 +310,11 @@ fn configuration(db: &mut Db, instance: u64, access_mode: AccessMode) -> DbResul
             access_mode,
             root_permissions: None,
             group: None,
+            pfs: None,
+            modified_threshold: None,
+            read_ahead: None,
+            sync_on_close: None,
+            sync_to_pfs: None,
         },
     )
 }

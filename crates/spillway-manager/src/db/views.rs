@@ -383,7 +383,9 @@ impl Db {
         let acts = group(self.pairs("SELECT configuration, id FROM activations ORDER BY id")?);
         let sql = format!(
             "SELECT id, type, access_mode, root_permissions, grp, instance, goal, actualized,
-                    failures FROM configurations
+                    failures, k.pfs, k.modified_threshold, k.read_ahead, k.sync_on_close,
+                    k.sync_to_pfs
+             FROM configurations LEFT JOIN cache_configs k ON k.configuration = id
              WHERE {} AND (?1 IS NULL OR id = ?1) ORDER BY id",
             instance_visible(v, "instance")
         );
@@ -402,6 +404,11 @@ impl Db {
                         .unwrap_or(AccessMode::Stripe),
                     root_permissions: r.get::<_, i64>(3)? as u32,
                     group: r.get::<_, i64>(4)? as u32,
+                    pfs: r.get(9)?,
+                    modified_threshold: r.get::<_, Option<i64>>(10)?.map(|v| v as u64),
+                    read_ahead: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
+                    sync_on_close: r.get(12)?,
+                    sync_to_pfs: r.get(13)?,
                     links: ConfigurationLinks {
                         instance: r.get::<_, i64>(5)? as u64,
                         activations: acts.get(&id).cloned().unwrap_or_default(),

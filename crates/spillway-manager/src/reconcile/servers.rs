@@ -3,11 +3,11 @@
 //! call, opened with a fresh admin credential (a MUNGE credential is single-use), and a
 //! short deadline so one dead server never holds the loop.
 
-use crate::db::{CallError, ConfigWork, FragmentWork};
+use crate::db::{CacheWork, CallError, ConfigWork, FragmentWork};
 use spillway_types::{Errno, Timespec, ROOT_INODE};
 use spillway_wire::{
-    setattr, Endpoint, FragmentCreateReq, FragmentDestroyReq, HelloReq, Role, ServerStatusReq,
-    SetAttrReq,
+    setattr, CacheConfigReq, Endpoint, FragmentCreateReq, FragmentDestroyReq, HelloReq, Role,
+    ServerStatusReq, SetAttrReq,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -129,6 +129,9 @@ impl Servers {
     /// Set the instance root's mode and group, through the root's home server, as a
     /// peer of the instance.
     pub fn apply_config(&self, w: &ConfigWork) -> Result<(), CallError> {
+        if let Some(c) = &w.cache {
+            return self.apply_cache(w, c);
+        }
         let home = w
             .peers
             .get(ROOT_INODE.home().0 as usize)
@@ -153,6 +156,46 @@ impl Servers {
         })
         .map(|_| ())
         .map_err(describe)
+    }
+}
+
+impl Servers {
+    /// A cache configuration: every server of the instance is told which PFS directory
+    /// it caches, for whom (docs/cache.md). The root's attributes are the directory's
+    /// own, so the configuration's mode and group are not applied.
+    fn apply_cache(&self, w: &ConfigWork, c: &CacheWork) -> Result<(), CallError> {
+        let gid = spillway_types::identity::Passwd::by_uid(c.owner)
+            .ok()
+            .flatten()
+            .map_or(w.gid, |p| p.gid);
+        let req = CacheConfigReq {
+            pfs_dir: c.pfs.clone(),
+            uid: c.owner,
+            gid,
+            modified_threshold: c.modified_threshold,
+            read_ahead: c.read_ahead,
+            sync_on_close: c.sync_on_close,
+            sync_to_pfs: c.sync_to_pfs,
+        };
+        for addr in &w.peers {
+            let ep = Endpoint::new(
+                addr.clone(),
+                hello(Role::Peer, w.instance, w.secret.clone()),
+                self.deadline,
+                Duration::ZERO,
+            );
+            ep.call(&req).map_err(|e| match e {
+                Errno::EACCES | Errno::EPERM | Errno::ENOENT | Errno::ENOTDIR => {
+                    CallError::Refused(format!(
+                        "{addr} cannot cache {}: {} (it must be a directory the owner can \
+                         read, under the servers' pfs_roots)",
+                        c.pfs, e
+                    ))
+                }
+                e => describe(e),
+            })?;
+        }
+        Ok(())
     }
 }
 

@@ -94,6 +94,7 @@ impl Dirty {
     }
 
     /// Bytes dirty in all.
+    #[cfg(test)]
     pub(crate) fn bytes(&self) -> u64 {
         let stripes = self.inodes.values().flat_map(|i| i.stripes.values());
         stripes.map(RangeSet::bytes).sum()

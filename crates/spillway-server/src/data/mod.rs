@@ -578,6 +578,80 @@ impl DataStore {
     pub(crate) fn close(&self) {
         self.cache.clear();
     }
+
+    // ---- Cache instances (cache/stripes) -------------------------------------------
+    // What a cache fragment's cached stripes need beyond scratch's: the room a write or
+    // fetch may claim, one stripe evicted, the stripe files on disk, and a range of a
+    // stripe written behind to the PFS.
+
+    /// Bytes of capacity neither used nor promised to a connection: what a write or
+    /// a fetch may still claim (eviction makes room until this is enough).
+    pub(crate) fn room(&self) -> u64 {
+        self.map().unpromised(self.capacity)
+    }
+
+    /// Remove one stripe file (a clean cached stripe evicted): the bytes of capacity
+    /// freed.
+    pub(crate) fn delete_stripe_file(&self, ino: InodeNo, stripe: u64) -> StoreResult<u64> {
+        let _g = self.lock_of(ino).write().unwrap_or_else(|e| e.into_inner());
+        let len = self.map().len(ino, stripe).unwrap_or(0);
+        self.allocs.mark(ino);
+        self.delete_stripe(ino, stripe)?;
+        Ok(len)
+    }
+
+    /// Every stripe with a file here, with its length. Listed from the directory (the
+    /// index is looked up by inode): eviction takes in, once after a restart, the clean
+    /// stripes it did not see being fetched.
+    pub(crate) fn stored_stripes(&self) -> StoreResult<Vec<(InodeNo, u64, u64)>> {
+        let mut inos = std::collections::BTreeSet::new();
+        for bucket in std::fs::read_dir(&self.dir)? {
+            let bucket = bucket?;
+            let bname = bucket.file_name();
+            let (Some(bname), Ok(files)) = (bname.to_str(), std::fs::read_dir(bucket.path()))
+            else {
+                continue;
+            };
+            for file in files {
+                let fname = file?.file_name();
+                if let Some((ino, _)) = fname.to_str().and_then(|f| naming::parse(bname, f)) {
+                    inos.insert(ino);
+                }
+            }
+        }
+        let map = self.map();
+        let stripes = inos.into_iter().flat_map(|ino| {
+            let s = map.stripes(ino);
+            s.into_iter().map(move |(k, len)| (ino, k, len))
+        });
+        Ok(stripes.collect())
+    }
+
+    /// Copy `len` bytes at `offset` of a stripe into `dst` at `dst_offset` (a dirty
+    /// range written behind to the PFS file): the bytes copied, fewer where the
+    /// stripe's file ends first.
+    pub(crate) fn copy_out(
+        &self,
+        ino: InodeNo,
+        stripe: u64,
+        offset: u64,
+        len: u64,
+        dst: &File,
+        dst_offset: u64,
+    ) -> StoreResult<u64> {
+        let _g = self.lock_of(ino).read().unwrap_or_else(|e| e.into_inner());
+        let Some(stored) = self.map().len(ino, stripe) else {
+            return Ok(0);
+        };
+        let want = stored.saturating_sub(offset).min(len);
+        if want == 0 {
+            return Ok(0);
+        }
+        let f = self.file(ino, stripe, false)?;
+        let n = copy_range(&f, offset, dst, dst_offset, want)?;
+        self.counters.bytes_read.fetch_add(n, Ordering::Relaxed);
+        Ok(n)
+    }
 }
 
 /// Reads into an arena of at least this many bytes drop their pages behind them:

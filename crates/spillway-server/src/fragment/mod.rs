@@ -9,6 +9,7 @@
 //! state, then reads the other's, under the same lock).
 
 mod allocs;
+pub(crate) mod cache;
 pub(crate) mod config;
 mod opens;
 mod peers;
@@ -71,6 +72,8 @@ pub(crate) struct Fragment {
     pub pfs_roots: Vec<String>,
     /// Locks of the inodes homed here (crate::locks), held for client sessions.
     pub locks: crate::locks::LockTable,
+    /// Set once the fragment is a cache of a PFS directory (cache.rs).
+    cache: std::sync::OnceLock<cache::CacheState>,
 }
 
 /// Directory 0700, every file of the fragment's own 0600 (the stripes' buckets and
@@ -81,6 +84,7 @@ fn make_private(dir: &Path) -> std::io::Result<()> {
     private(&dir.join(STRIPES_DIR))?;
     for f in [
         CONFIG_FILE,
+        cache::CACHE_FILE,
         META_FILE,
         "meta.sqlite-wal",
         "meta.sqlite-shm",
@@ -149,6 +153,13 @@ impl Fragment {
         .with_direct_writes(env.tunables.direct_write_min)
         .with_drop_behind(env.tunables.drop_behind_reads);
         let t = &env.tunables;
+        let cached = cache::CacheState::open(
+            dir,
+            config.server_index(),
+            config.stripe_size,
+            config.count(),
+            &t.pfs_roots,
+        )?;
         let frag = Arc::new(Fragment {
             stats: FragmentStats::default(),
             peers: Peers::new(&config, t.rpc_deadline, t.reconnect_window),
@@ -162,8 +173,13 @@ impl Fragment {
             waker: env.waker.clone(),
             pfs_roots: env.tunables.pfs_roots.clone(),
             locks: crate::locks::LockTable::default(),
+            cache: std::sync::OnceLock::new(),
         });
+        if let Some(c) = cached {
+            let _ = frag.cache.set(c);
+        }
         allocs::start(&frag);
+        cache::start_write_behind(&frag);
         Ok(frag)
     }
 
@@ -186,6 +202,14 @@ impl Fragment {
                 "closing metadata store: {e}"
             );
         }
+        if let Some(ns) = self.cache().and_then(|c| c.ns.as_ref()) {
+            if let Err(e) = ns.close() {
+                tracing::error!(
+                    instance = self.config.instance,
+                    "closing the PFS namespace: {e}"
+                );
+            }
+        }
         self.data.close();
         self.peers.disconnect_all();
         self.purge_peers.disconnect_all();
@@ -194,6 +218,7 @@ impl Fragment {
     /// Close, then remove the fragment from disk: renamed away first (so it is gone at
     /// once, even if the removal is cut short) then deleted.
     pub(crate) fn destroy(&self, fragments: &Path) -> StoreResult<()> {
+        self.cache_flush_all()?;
         self.close();
         let doomed = fragments.join(format!(".{}.destroying", self.config.instance));
         remove_tree(&doomed)?;
@@ -336,7 +361,10 @@ impl Fragment {
     /// Count one open of `ino` (which must exist).
     pub(crate) fn open_inode(&self, ino: InodeNo) -> StoreResult<Attr> {
         let mut opens = self.lock_opens();
-        let a = self.meta.get_attr(ino)?;
+        let a = match self.cache() {
+            Some(c) => c.ns.as_ref().ok_or(fs(Errno::ESTALE))?.get_attr(ino)?,
+            None => self.meta.get_attr(ino)?,
+        };
         opens.add(ino, 1);
         Ok(a)
     }
@@ -346,6 +374,11 @@ impl Fragment {
         let mut opens = self.lock_opens();
         let (taken, left) = opens.sub(ino, n);
         if taken > 0 && left == 0 {
+            if self.cache().is_some() {
+                drop(opens);
+                self.cache_released(ino);
+                return;
+            }
             self.purge_if_unused(&opens, ino);
         }
     }

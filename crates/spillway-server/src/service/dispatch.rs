@@ -40,6 +40,9 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
     if f.is_closed() {
         return Err(fs(Errno::ESTALE));
     }
+    if let Some(c) = f.cache() {
+        return crate::service::cache::instance(s, c, req);
+    }
     let empty = || Reply::of(&Empty {});
     let attr = |attr| Reply::of(&AttrReply { attr });
     Ok(match req {
@@ -185,5 +188,16 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
             empty()
         }
         Request::LockRenewReq(_) => Reply::of(&f.locks.renew(s.lock_id, Instant::now())),
+        // ---- cache instances (service/cache.rs once configured)
+        Request::CacheConfigReq(r) if s.peer => f.configure_cache(&r).map(|()| empty())?,
+        Request::CacheConfigReq(_) => return Err(fs(Errno::EPERM)),
+        // Not a cache: nothing to resolve, flush or count.
+        Request::CacheResolveReq(_) | Request::CacheFlushReq(_) => {
+            return Err(fs(Errno::EOPNOTSUPP))
+        }
+        Request::CacheStatusReq(_) => Reply::of(&spillway_wire::CacheStatusReply {
+            dirty_bytes: 0,
+            dirty_files: 0,
+        }),
     })
 }

@@ -3,9 +3,11 @@
 //!
 //! * `session`  — per-connection state and its open handles.
 //! * `dispatch` — request to handler.
+//! * `cache`    — the requests of a fragment that caches a PFS directory.
 //! * `metadata` — the metadata handlers that turn flag words into store arguments.
 //! * `convert`  — wire metadata messages to and from the metadata store's types.
 
+mod cache;
 mod convert;
 mod dispatch;
 mod metadata;

@@ -130,6 +130,10 @@ impl Stages {
             .get(req.instance)
             .filter(|f| !f.is_closed())
             .ok_or(fs(Errno::ENOENT))?;
+        // A cache instance's data moves on demand (docs/cache.md): never staged.
+        if fragment.cache().is_some() {
+            return Err(fs(Errno::EOPNOTSUPP));
+        }
         if req.pairs.is_empty() {
             return Err(fs(Errno::EINVAL));
         }

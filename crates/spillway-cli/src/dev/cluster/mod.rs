@@ -210,6 +210,13 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
                 mounts: Vec::new(),
                 netns_subnet,
                 tunables: None,
+                cache_pfs: match &a.cache_pfs {
+                    Some(d) => Some(
+                        d.canonicalize()
+                            .map_err(|e| format!("{}: {e}", d.display()))?,
+                    ),
+                    None => None,
+                },
             };
             let secret = random_bytes(32)?;
             write_private(&secret_path(&dir), &encode_hex(&secret))?;
@@ -220,6 +227,7 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
                 stripe_size: p.stripe_size,
                 // Minted below, once the servers' addresses are settled.
                 credential: String::new(),
+                cache: st.cache_pfs.is_some(),
             };
             (st, desc, secret)
         }
@@ -274,11 +282,52 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
         })
         .map_err(|e| format!("creating the fragment on server {} failed: {e}", s.index))?;
     }
+    if let Some(pfs) = &st.cache_pfs {
+        configure_cache(&st, &desc, &secret, pfs)?;
+    }
     write_private(&desc_path, &desc.to_json())?;
     // The mount.
     let mnt = a.mountpoint.clone().unwrap_or_else(|| dir.join("mnt"));
     mount_at(&dir, &mut st, &desc_path, &mnt)?;
     Ok(mnt)
+}
+
+/// Make every fragment a cache of `pfs`, owned by the directory's owner, with the
+/// default policies (docs/cache.md), as the manager does for a cache configuration.
+fn configure_cache(
+    st: &ClusterState,
+    desc: &InstanceDescriptor,
+    secret: &[u8],
+    pfs: &Path,
+) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(pfs).map_err(|e| format!("{}: {e}", pfs.display()))?;
+    let req = CacheConfigReq {
+        pfs_dir: pfs.to_string_lossy().into_owned(),
+        uid: m.uid(),
+        gid: m.gid(),
+        modified_threshold: 64 << 20,
+        read_ahead: 16 << 20,
+        sync_on_close: false,
+        sync_to_pfs: false,
+    };
+    for s in &st.servers {
+        let hello = HelloReq::new(Role::Peer, st.instance, secret.to_vec(), "spillway-cluster");
+        let ep = Endpoint::new(
+            desc.servers[usize::from(s.index)].clone(),
+            hello,
+            Duration::from_secs(30),
+            Duration::from_secs(5),
+        );
+        ep.call(&req).map_err(|e| {
+            format!(
+                "making server {} a cache of {} failed: {e} (is it under the servers' pfs_roots?)",
+                s.index,
+                pfs.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Mount the instance of `desc` at `mnt` (unless mounted) and record it.

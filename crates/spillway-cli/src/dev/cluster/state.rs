@@ -33,6 +33,9 @@ pub struct ClusterState {
     /// The tunables file its servers and mounts are started with (absolute).
     #[serde(default)]
     pub tunables: Option<PathBuf>,
+    /// A cache instance: the PFS directory it caches (absolute).
+    #[serde(default)]
+    pub cache_pfs: Option<PathBuf>,
 }
 
 impl ClusterState {

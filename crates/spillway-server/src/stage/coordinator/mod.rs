@@ -178,6 +178,8 @@ fn execute(
         stripe_size: frag.config.stripe_size,
         // Not used: a peer proves itself with the instance secret, given as bytes.
         credential: String::new(),
+        // Stages run on scratch instances only (a cache instance refuses them).
+        cache: false,
     };
     let inst = Instance::peer(
         desc,

@@ -1,0 +1,327 @@
+//! Reads: the bytes asked are made present before the stripe file is read, fetched
+//! from the PFS where absent, with read-ahead.
+//!
+//! A fetch first *claims*, under the state lock, every absent byte of its window that
+//! no other fetch or write holds: a second reader of the same bytes waits for it
+//! instead of fetching them again. It then copies the claim in pieces; before each
+//! piece it takes back what a write took from it meanwhile (`begin_write` removes its
+//! range from every claim, and waits only for a piece being copied under it), so a
+//! fetch never overwrites a write. What a fetch copied is clean and present.
+
+use super::state::{clip, covers, minus, overlaps, Fetch};
+use super::CacheStripes;
+use crate::cache::ranges::RangeSet;
+use crate::cache::PfsFiles;
+use crate::data::DataStore;
+use crate::error::{fs, StoreError, StoreResult};
+use spillway_types::{Errno, InodeNo};
+use std::fs::File;
+
+/// A fetch copies at most this much per piece: a write waits for at most one piece,
+/// and readers of the first bytes are released before the read-ahead is done.
+pub(super) const PIECE: u64 = 4 << 20;
+
+/// Fetch windows start on a page boundary, so the stripe file gets whole pages.
+const PAGE: u64 = 4096;
+
+/// The stripe is pinned while this lives: eviction leaves it alone, so the read that
+/// follows finds the bytes `prepare_read` made present.
+pub(crate) struct ReadGuard<'a> {
+    c: &'a CacheStripes,
+    ino: InodeNo,
+    stripe: u64,
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = self.c.state();
+        let k = st
+            .inodes
+            .get_mut(&self.ino)
+            .and_then(|i| i.stripes.get_mut(&self.stripe));
+        if let Some(k) = k {
+            k.pins = k.pins.saturating_sub(1);
+            if k.pins == 0 {
+                self.c.changed.notify_all();
+            }
+        }
+    }
+}
+
+/// What a look at the state decided.
+enum Next {
+    /// Everything asked is present (or all that can be): read.
+    Read,
+    /// The stripe size is needed to claim a window.
+    AskSize,
+    /// Claimed: fetch these ranges (fetch id, ranges).
+    Fetch(u64, RangeSet),
+}
+
+impl CacheStripes {
+    /// Make `[offset, offset+len)` of a stripe present before the caller reads it from
+    /// the stripe file (`DataStore::read`/`read_into`), fetching what is absent from
+    /// the PFS with read-ahead; the returned guard keeps the stripe from eviction until
+    /// that read is done. Bytes past the PFS file's end are not fetched: they are a hole
+    /// in the stripe file, as in the PFS file (or past its end, as there).
+    pub(crate) fn prepare_read(
+        &self,
+        data: &DataStore,
+        pfs: &dyn PfsFiles,
+        ino: InodeNo,
+        stripe: u64,
+        offset: u32,
+        len: u32,
+    ) -> StoreResult<ReadGuard<'_>> {
+        let s = u64::from(offset);
+        let mut e = s + u64::from(len);
+        let mut size = None;
+        let mut fetched = false;
+        loop {
+            match self.next_step(ino, stripe, s, e, size, fetched) {
+                Next::Read => {
+                    return Ok(ReadGuard {
+                        c: self,
+                        ino,
+                        stripe,
+                    })
+                }
+                Next::AskSize => {
+                    // Outside the lock: the PFS side may ask another server.
+                    let ss = u64::from(pfs.stripe_size(ino)?);
+                    if ss == 0 {
+                        return Err(fs(Errno::EINVAL));
+                    }
+                    e = e.min(ss);
+                    size = Some(ss);
+                }
+                Next::Fetch(id, want) => {
+                    let ss = size.unwrap_or(0);
+                    let r = self.fetch(data, pfs, ino, stripe, ss, id, &want);
+                    self.end_fetch(ino, stripe, id);
+                    r?;
+                    fetched = true;
+                }
+            }
+        }
+    }
+
+    /// Under the lock: read (pinning the stripe), wait, or claim a window to fetch.
+    /// After a fetch of its own (`fetched`), a reader reads whatever it could not get
+    /// (the PFS file ended early) rather than fetch again.
+    fn next_step(
+        &self,
+        ino: InodeNo,
+        stripe: u64,
+        s: u64,
+        e: u64,
+        size: Option<u64>,
+        fetched: bool,
+    ) -> Next {
+        let mut st = self.state();
+        loop {
+            let blocked = st.inodes.get(&ino).is_some_and(|i| i.blocked);
+            let now = st.tick();
+            let k = st.stripe_mut(ino, stripe);
+            if blocked || k.evicting {
+                st = self.wait(st);
+                continue;
+            }
+            if covers(&k.present, s, e) {
+                // The common case, without building a set.
+                k.pins += 1;
+                k.last_use = now;
+                return Next::Read;
+            }
+            let need = minus(s, e, &[&k.present]);
+            let busy = need
+                .iter()
+                .any(|(a, b)| k.fetch_overlaps(a, b) || k.writing_overlaps(a, b));
+            if need.is_empty() || (fetched && !busy) {
+                k.pins += 1;
+                k.last_use = now;
+                return Next::Read;
+            }
+            if busy {
+                st = self.wait(st);
+                continue;
+            }
+            let Some(ss) = size else {
+                return Next::AskSize;
+            };
+            // The window: from the page holding the first byte asked to read-ahead
+            // past the last, within the stripe; less what is present or held.
+            let end = e.saturating_add(self.read_ahead).min(ss);
+            let mut want = minus(s - s % PAGE, end, &[&k.present]);
+            for f in &k.fetches {
+                for (a, b) in f.pending.iter().chain(f.copying.iter()) {
+                    want.remove(a, b);
+                }
+            }
+            for &(_, a, b) in &k.writes {
+                want.remove(a, b);
+            }
+            let id = st.next_id();
+            st.stripe_mut(ino, stripe).fetches.push(Fetch {
+                id,
+                pending: want.clone(),
+                copying: RangeSet::default(),
+            });
+            return Next::Fetch(id, want);
+        }
+    }
+
+    /// Copy the claimed `want` of a stripe from the PFS, piece by piece.
+    #[allow(clippy::too_many_arguments)]
+    fn fetch(
+        &self,
+        data: &DataStore,
+        pfs: &dyn PfsFiles,
+        ino: InodeNo,
+        stripe: u64,
+        stripe_size: u64,
+        id: u64,
+        want: &RangeSet,
+    ) -> StoreResult<()> {
+        let file = pfs.open_read(ino)?;
+        let pfs_size = file.metadata()?.len();
+        let base = stripe
+            .checked_mul(stripe_size)
+            .filter(|b| b.checked_add(stripe_size).is_some())
+            .ok_or(fs(Errno::EFBIG))?;
+        let eof = pfs_size.saturating_sub(base).min(stripe_size);
+        {
+            // Past the PFS file's end there is nothing to fetch: those claimed bytes are
+            // present as the stripe file has them (a hole, or nothing).
+            let mut st = self.state();
+            let k = st.stripe_mut(ino, stripe);
+            let past = k
+                .fetch_mut(id)
+                .map(|f| {
+                    let past = clip(&f.pending, eof, u64::MAX);
+                    f.pending.remove(eof, u64::MAX);
+                    past
+                })
+                .unwrap_or_default();
+            for (a, b) in past {
+                k.present.add(a, b);
+            }
+            self.changed.notify_all();
+        }
+        let mut at = want.iter().next().map_or(eof, |(a, _)| a);
+        while at < eof {
+            let piece_end = (at - at % PIECE + PIECE).min(eof);
+            if overlaps(want, at, piece_end) {
+                match self.copy_piece(data, ino, stripe, id, (at, piece_end), &file, base)? {
+                    Copied::All => {}
+                    Copied::Stop => return Ok(()),
+                }
+            }
+            at = piece_end;
+        }
+        Ok(())
+    }
+
+    /// Copy what of `[s, e)` the fetch `id` still holds.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_piece(
+        &self,
+        data: &DataStore,
+        ino: InodeNo,
+        stripe: u64,
+        id: u64,
+        (s, e): (u64, u64),
+        file: &File,
+        base: u64,
+    ) -> StoreResult<Copied> {
+        let ranges = {
+            let mut st = self.state();
+            if st.inodes.get(&ino).is_some_and(|i| i.blocked) {
+                // A truncate or delete waits for this fetch: it gives up the rest.
+                return Ok(Copied::Stop);
+            }
+            let Some(f) = st.stripe_mut(ino, stripe).fetch_mut(id) else {
+                return Ok(Copied::Stop);
+            };
+            let ranges = clip(&f.pending, s, e);
+            for &(a, b) in &ranges {
+                f.pending.remove(a, b);
+                f.copying.add(a, b);
+            }
+            ranges
+        };
+        let mut copied = Vec::new();
+        let mut outcome = Ok(Copied::All);
+        for (a, b) in ranges {
+            match self.fill(data, ino, stripe, (a, b), file, base + a) {
+                Ok(n) => {
+                    copied.push((a, a + n));
+                    if n < b - a {
+                        // The PFS file is shorter than its size said: it shrank.
+                        outcome = Ok(Copied::Stop);
+                        break;
+                    }
+                }
+                Err(err) => {
+                    outcome = Err(err);
+                    break;
+                }
+            }
+        }
+        let mut st = self.state();
+        let k = st.stripe_mut(ino, stripe);
+        if let Some(f) = k.fetch_mut(id) {
+            f.copying = RangeSet::default();
+        }
+        for (a, b) in copied {
+            k.present.add(a, b);
+        }
+        self.changed.notify_all();
+        outcome
+    }
+
+    /// One range from the PFS into the stripe file; when the fragment is full, clean
+    /// stripes are evicted to make room, once.
+    fn fill(
+        &self,
+        data: &DataStore,
+        ino: InodeNo,
+        stripe: u64,
+        (a, b): (u64, u64),
+        file: &File,
+        src: u64,
+    ) -> StoreResult<u64> {
+        // Stripe offsets fit in u32 (stripes are at most MAX_STRIPE_SIZE).
+        let (Ok(off), Ok(len)) = (u32::try_from(a), u32::try_from(b - a)) else {
+            return Err(fs(Errno::EINVAL));
+        };
+        // Buffered, not O_DIRECT: what is fetched is read at once (the bytes asked) or
+        // soon (the read-ahead), best from the page cache.
+        match data.fill_from(ino, stripe, off, len, file, src, false) {
+            Err(StoreError::Fs(Errno::ENOSPC)) => {
+                self.evict(data, b - a);
+                data.fill_from(ino, stripe, off, len, file, src, false)
+            }
+            r => r,
+        }
+    }
+
+    /// The fetch `id` is over: what it still held is released.
+    fn end_fetch(&self, ino: InodeNo, stripe: u64, id: u64) {
+        let mut st = self.state();
+        if let Some(k) = st
+            .inodes
+            .get_mut(&ino)
+            .and_then(|i| i.stripes.get_mut(&stripe))
+        {
+            k.fetches.retain(|f| f.id != id);
+        }
+        self.changed.notify_all();
+    }
+}
+
+enum Copied {
+    All,
+    /// Nothing more to copy (the PFS file ended, or a truncate took over).
+    Stop,
+}

@@ -1,0 +1,830 @@
+//! The cached stripes against real directories: a `DataStore` in one temp directory,
+//! a "PFS" in another (inode n is the file `<pfs>/<n>`), reached through a `PfsFiles`
+//! that counts its opens and fails or pauses on demand.
+
+use super::*;
+use crate::cache::PfsFiles;
+use crate::data::DataStore;
+use crate::error::{StoreError, StoreResult};
+use std::fs::{File, OpenOptions};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Barrier};
+use std::time::Duration;
+
+/// The tests' PFS: inode n is `<dir>/<n>`.
+struct TestPfs {
+    dir: PathBuf,
+    stripe_size: u32,
+    /// `open_read` and `open_write` calls.
+    reads: AtomicU64,
+    writes: AtomicU64,
+    /// Every open fails with EIO while set.
+    fail: AtomicBool,
+    /// When set, the next `open_write` says so on the sender and waits on the receiver
+    /// (a flush paused after its snapshot).
+    gate: Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
+}
+
+impl TestPfs {
+    fn path(&self, ino: InodeNo) -> PathBuf {
+        self.dir.join(ino.0.to_string())
+    }
+
+    fn failing(&self) -> StoreResult<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(StoreError::Io(std::io::Error::from_raw_os_error(libc::EIO)));
+        }
+        Ok(())
+    }
+}
+
+impl PfsFiles for TestPfs {
+    fn open_read(&self, ino: InodeNo) -> StoreResult<File> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.failing()?;
+        Ok(File::open(self.path(ino))?)
+    }
+
+    fn open_write(&self, ino: InodeNo) -> StoreResult<Option<File>> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.failing()?;
+        let gate = self.gate.lock().unwrap().take();
+        if let Some((entered, go)) = gate {
+            entered.send(()).unwrap();
+            go.recv().unwrap();
+        }
+        // As the fragment's: the PFS file exists (the namespace made it), unless a test
+        // removed it, as a user on the PFS may.
+        match OpenOptions::new().write(true).open(self.path(ino)) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn stripe_size(&self, _ino: InodeNo) -> StoreResult<u32> {
+        Ok(self.stripe_size)
+    }
+}
+
+struct Rig {
+    tmp: tempfile::TempDir,
+    capacity: u64,
+    read_ahead: u64,
+    data: DataStore,
+    pfs: TestPfs,
+    c: CacheStripes,
+}
+
+fn rig(stripe_size: u32, capacity: u64, read_ahead: u64) -> Rig {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("frag/stripes")).unwrap();
+    std::fs::create_dir(tmp.path().join("pfs")).unwrap();
+    let pfs = TestPfs {
+        dir: tmp.path().join("pfs"),
+        stripe_size,
+        reads: AtomicU64::new(0),
+        writes: AtomicU64::new(0),
+        fail: AtomicBool::new(false),
+        gate: Mutex::new(None),
+    };
+    let data = DataStore::open(&tmp.path().join("frag/stripes"), capacity, 16).unwrap();
+    let c = CacheStripes::open(&tmp.path().join("frag"), read_ahead).unwrap();
+    Rig {
+        tmp,
+        capacity,
+        read_ahead,
+        data,
+        pfs,
+        c,
+    }
+}
+
+impl Rig {
+    fn ss(&self) -> u64 {
+        u64::from(self.pfs.stripe_size)
+    }
+
+    fn set_pfs(&self, ino: InodeNo, bytes: &[u8]) {
+        std::fs::write(self.pfs.path(ino), bytes).unwrap();
+    }
+
+    fn pfs_bytes(&self, ino: InodeNo) -> Vec<u8> {
+        std::fs::read(self.pfs.path(ino)).unwrap()
+    }
+
+    /// A client's write, cut at stripe boundaries, each piece bracketed as the request
+    /// path brackets it.
+    fn write(&self, ino: InodeNo, off: u64, bytes: &[u8]) {
+        let ss = self.ss();
+        let mut done = 0;
+        while done < bytes.len() {
+            let at = off + done as u64;
+            let (k, o) = (at / ss, at % ss);
+            let n = ((ss - o) as usize).min(bytes.len() - done);
+            let g = self.c.begin_write(ino, k, o as u32, n as u32);
+            let r = self.data.write(ino, k, o as u32, &bytes[done..done + n]);
+            g.finish(&r).unwrap();
+            assert_eq!(r.unwrap() as usize, n);
+            done += n;
+        }
+    }
+
+    /// A client's read of `len` bytes inside the file: holes and bytes past a stripe
+    /// file's end read as zeros.
+    fn read(&self, ino: InodeNo, off: u64, len: usize) -> Vec<u8> {
+        let ss = self.ss();
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            let at = off + out.len() as u64;
+            let (k, o) = (at / ss, at % ss);
+            let n = ((ss - o) as usize).min(len - out.len());
+            let g = self
+                .c
+                .prepare_read(&self.data, &self.pfs, ino, k, o as u32, n as u32)
+                .unwrap();
+            let mut got = self.data.read(ino, k, o as u32, n as u32).unwrap();
+            drop(g);
+            got.resize(n, 0);
+            out.extend_from_slice(&got);
+        }
+        out
+    }
+
+    fn flush(&self, ino: InodeNo) -> FlushStats {
+        self.c.flush_inode(&self.data, &self.pfs, ino).unwrap()
+    }
+
+    /// The stripes stored of `ino`, with their lengths.
+    fn stored(&self, ino: InodeNo) -> Vec<(u64, u64)> {
+        let info = self.data.stripe_info(ino);
+        info.into_iter().map(|s| (s.stripe, s.len)).collect()
+    }
+
+    /// A server restart (or kill -9: nothing is flushed or synced first): the store
+    /// and the cached stripes opened again from their directories.
+    fn restart(self) -> Rig {
+        let Rig {
+            tmp,
+            capacity,
+            read_ahead,
+            data,
+            pfs,
+            c,
+        } = self;
+        drop(c);
+        drop(data);
+        let data = DataStore::open(&tmp.path().join("frag/stripes"), capacity, 16).unwrap();
+        let c = CacheStripes::open(&tmp.path().join("frag"), read_ahead).unwrap();
+        Rig {
+            tmp,
+            capacity,
+            read_ahead,
+            data,
+            pfs,
+            c,
+        }
+    }
+}
+
+/// xorshift64*: repeatable bytes and offsets.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Apply a write to the model of a file.
+fn put(model: &mut Vec<u8>, off: u64, bytes: &[u8]) {
+    let end = off as usize + bytes.len();
+    if model.len() < end {
+        model.resize(end, 0);
+    }
+    model[off as usize..end].copy_from_slice(bytes);
+}
+
+fn dirty_ranges(c: &CacheStripes, ino: InodeNo) -> usize {
+    let st = c.state();
+    st.inodes.get(&ino).map_or(0, |i| {
+        i.stripes.values().map(|s| s.dirty.iter().count()).sum()
+    })
+}
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn a_read_miss_fetches_the_pfs_bytes_with_read_ahead() {
+    let r = rig(64 << 10, 64 * MIB, 32 * KIB);
+    let a = InodeNo(7);
+    let file = Rng(1).bytes(200_000);
+    r.set_pfs(a, &file);
+
+    assert_eq!(r.read(a, 0, 100), file[..100]);
+    assert_eq!(r.pfs.reads.load(Ordering::SeqCst), 1);
+    // The read and 32 KiB of read-ahead, not the whole stripe.
+    assert_eq!(r.stored(a), vec![(0, 100 + 32 * KIB)]);
+    assert_eq!(r.read(a, 1000, 20_000), file[1000..21_000]);
+    assert_eq!(
+        r.pfs.reads.load(Ordering::SeqCst),
+        1,
+        "inside the read-ahead window: no PFS read"
+    );
+    assert_eq!(r.read(a, 40_000, 1000), file[40_000..41_000]);
+    assert_eq!(r.pfs.reads.load(Ordering::SeqCst), 2);
+
+    // Stripe 3 holds the PFS file's end: only the bytes before it are fetched.
+    let s3 = 3 * 65536;
+    let mut want = file[s3..].to_vec();
+    want.resize(65536, 0);
+    assert_eq!(r.read(a, s3 as u64, 65536), want);
+    assert!(r.stored(a).contains(&(3, (200_000 - s3) as u64)));
+    assert_eq!(r.pfs.reads.load(Ordering::SeqCst), 3);
+    // Stripe 4 is past it: nothing fetched, no file made, and no second look.
+    assert_eq!(r.read(a, 4 * 65536, 100), vec![0; 100]);
+    assert_eq!(r.read(a, 4 * 65536 + 50, 100), vec![0; 100]);
+    assert_eq!(r.pfs.reads.load(Ordering::SeqCst), 4);
+    assert!(r.stored(a).iter().all(|&(k, _)| k != 4));
+    // What was read stays the PFS's.
+    assert_eq!(r.read(a, 0, 200_000), file);
+    assert!(!r.c.is_dirty(a));
+}
+
+#[test]
+fn written_bytes_reach_the_pfs_byte_identical() {
+    for ss in [64 << 10, 1 << 20] {
+        let r = rig(ss, 256 * MIB, 16 * MIB);
+        let ss = u64::from(ss);
+        let a = InodeNo(3);
+        let mut rng = Rng(ss);
+        let len = 5 * ss + 1234;
+        let mut model = rng.bytes(len as usize);
+        r.set_pfs(a, &model);
+        for _ in 0..400 {
+            // Some past the end: the file grows, with a hole between.
+            let off = rng.below(len + ss / 2);
+            let n = 1 + rng.below(3000) as usize;
+            let bytes = rng.bytes(n);
+            r.write(a, off, &bytes);
+            put(&mut model, off, &bytes);
+        }
+        let ranges = dirty_ranges(&r.c, a);
+        assert!(r.c.is_dirty(a));
+        assert_eq!(r.c.dirty_inodes(), vec![a]);
+        let stats = r.flush(a);
+        assert_eq!(r.pfs_bytes(a), model, "stripe size {ss}");
+        // Nothing was read, so no gap is present to join over: a write per range.
+        assert_eq!(stats.writes as usize, ranges);
+        assert!(!r.c.is_dirty(a));
+        assert_eq!(r.c.dirty_bytes(), 0);
+        assert!(r.c.dirty_inodes().is_empty());
+        // Clean now, and still what the file holds.
+        assert_eq!(r.read(a, 0, model.len()), model);
+    }
+}
+
+#[test]
+fn small_writes_merge_into_few_pfs_writes() {
+    let r = rig(64 << 10, 256 * MIB, MIB);
+    let a = InodeNo(5);
+    let mut rng = Rng(5);
+    let mut model = rng.bytes(MIB as usize);
+    r.set_pfs(a, &model);
+    // Read first: the gaps between the writes are present, and filled.
+    assert_eq!(r.read(a, 0, MIB as usize), model);
+    for i in 0..2048 {
+        let bytes = rng.bytes(16);
+        r.write(a, i * 512 + 7, &bytes);
+        put(&mut model, i * 512 + 7, &bytes);
+    }
+    assert_eq!(dirty_ranges(&r.c, a), 2048);
+    let stats = r.flush(a);
+    assert_eq!(stats.writes, 16, "one write per stripe");
+    assert_eq!(r.pfs_bytes(a), model);
+
+    // Adjacent writes of a file never read are one range per stripe.
+    let b = InodeNo(6);
+    r.set_pfs(b, b"");
+    let mut model = Vec::new();
+    for i in 0..1000 {
+        let bytes = rng.bytes(100);
+        r.write(b, i * 100, &bytes);
+        put(&mut model, i * 100, &bytes);
+    }
+    let stats = r.flush(b);
+    assert_eq!(stats.writes, 2);
+    assert_eq!(stats.bytes, 100_000);
+    assert_eq!(r.pfs_bytes(b), model);
+}
+
+#[test]
+fn a_fetch_never_overwrites_a_concurrent_write() {
+    let r = rig(1 << 20, 1 << 30, MIB);
+    let mut rng = Rng(9);
+    for it in 0..60 {
+        let a = InodeNo(100 + it);
+        r.set_pfs(a, &vec![0xaa; MIB as usize]);
+        let mut model = vec![0xaa; MIB as usize];
+        let writes: Vec<(u64, Vec<u8>)> = (0..3)
+            .map(|_| {
+                let off = rng.below(MIB - 64 * KIB);
+                let n = 1 + rng.below(64 * KIB) as usize;
+                (off, vec![0xbb; n])
+            })
+            .collect();
+        for (off, b) in &writes {
+            put(&mut model, *off, b);
+        }
+        let start = Barrier::new(3);
+        std::thread::scope(|s| {
+            // Reads in small pieces (the first one claims the stripe) or in one.
+            let piece = if it % 2 == 0 { 64 << 10 } else { 1 << 20 };
+            let (r, start) = (&r, &start);
+            s.spawn(move || {
+                start.wait();
+                let mut at = 0;
+                while at < MIB as usize {
+                    let got = r.read(a, at as u64, piece);
+                    // A byte read is the PFS's or the write's, never a hole.
+                    assert!(got.iter().all(|&b| b == 0xaa || b == 0xbb), "it {it}");
+                    at += piece;
+                }
+            });
+            s.spawn(|| {
+                start.wait();
+                for (off, b) in &writes {
+                    r.write(a, *off, b);
+                }
+            });
+            start.wait();
+        });
+        assert_eq!(r.read(a, 0, MIB as usize), model, "iteration {it}");
+        // And the stripe file itself, not only what is present.
+        let stored = r.data.read(a, 0, 0, MIB as u32).unwrap();
+        assert_eq!(stored, model, "iteration {it}");
+    }
+}
+
+#[test]
+fn a_write_during_a_flush_stays_dirty() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let a = InodeNo(11);
+    r.set_pfs(a, b"");
+    let mut model = Vec::new();
+    let w = |off: u64, bytes: &[u8], model: &mut Vec<u8>| {
+        r.write(a, off, bytes);
+        put(model, off, bytes);
+    };
+    w(0, &[b'a'; 4096], &mut model);
+
+    // A write that lands while the flush is under way.
+    let (entered_tx, entered) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *r.pfs.gate.lock().unwrap() = Some((entered_tx, go_rx));
+    std::thread::scope(|s| {
+        let h = s.spawn(|| r.c.flush_inode(&r.data, &r.pfs, a));
+        entered.recv().unwrap();
+        w(1000, &[b'b'; 1000], &mut model);
+        go.send(()).unwrap();
+        h.join().unwrap().unwrap();
+    });
+    assert!(r.c.is_dirty(a), "the write during the flush stays dirty");
+    assert_eq!(r.c.dirty_bytes(), 1000);
+    r.flush(a);
+    assert_eq!(r.pfs_bytes(a), model);
+    assert!(!r.c.is_dirty(a));
+
+    // A write begun before the flush's snapshot and finished after it.
+    w(3000, &[b'd'; 10], &mut model);
+    let g = r.c.begin_write(a, 0, 2000, 100);
+    let (entered_tx, entered) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *r.pfs.gate.lock().unwrap() = Some((entered_tx, go_rx));
+    std::thread::scope(|s| {
+        let h = s.spawn(|| r.c.flush_inode(&r.data, &r.pfs, a));
+        entered.recv().unwrap();
+        let res = r.data.write(a, 0, 2000, &[b'c'; 100]);
+        g.finish(&res).unwrap();
+        put(&mut model, 2000, &[b'c'; 100]);
+        go.send(()).unwrap();
+        h.join().unwrap().unwrap();
+    });
+    assert_eq!(
+        r.c.dirty_bytes(),
+        100,
+        "only the write under way stays dirty"
+    );
+    r.flush(a);
+    assert_eq!(r.pfs_bytes(a), model);
+    assert!(!r.c.is_dirty(a));
+}
+
+#[test]
+fn a_restart_resumes_write_behind() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let (a, b) = (InodeNo(21), InodeNo(22));
+    let mut rng = Rng(21);
+    let mut models = [rng.bytes(300_000), Vec::new()];
+    r.set_pfs(a, &models[0]);
+    r.set_pfs(b, b"");
+    for _ in 0..100 {
+        for (i, ino) in [a, b].into_iter().enumerate() {
+            let off = rng.below(400_000);
+            let n = 1 + rng.below(5000) as usize;
+            let bytes = rng.bytes(n);
+            r.write(ino, off, &bytes);
+            put(&mut models[i], off, &bytes);
+        }
+    }
+    let dirty = r.c.dirty_bytes();
+    // No flush and no sync: the log is in the page cache, as after a kill -9.
+    let r = r.restart();
+    assert_eq!(r.c.dirty_bytes(), dirty);
+    assert_eq!(r.c.dirty_inodes(), vec![a, b]);
+    let rep = r.c.flush_pass(&r.data, &r.pfs, &FlushPolicy::default());
+    assert_eq!(
+        (rep.flushed, rep.failed),
+        (2, 0),
+        "recovered ranges are due at once"
+    );
+    assert_eq!(r.pfs_bytes(a), models[0]);
+    assert_eq!(r.pfs_bytes(b), models[1]);
+    assert_eq!(r.c.dirty_bytes(), 0);
+    let r = r.restart();
+    assert_eq!(
+        r.c.dirty_bytes(),
+        0,
+        "the flushed records were replayed too"
+    );
+    // Clean stripes of before the restart are fetched again where unknown.
+    assert_eq!(r.read(a, 0, models[0].len()), models[0]);
+}
+
+#[test]
+fn a_pfs_failure_keeps_ranges_dirty() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let a = InodeNo(31);
+    r.set_pfs(a, b"");
+    let bytes = Rng(31).bytes(150_000);
+    r.write(a, 0, &bytes);
+    r.pfs.fail.store(true, Ordering::SeqCst);
+    assert!(r.c.flush_inode(&r.data, &r.pfs, a).is_err());
+    assert_eq!(r.c.dirty_bytes(), 150_000);
+
+    let now = FlushPolicy {
+        max_age: Duration::ZERO,
+        retry_min: Duration::from_secs(3600),
+        ..FlushPolicy::default()
+    };
+    let rep = r.c.flush_pass(&r.data, &r.pfs, &now);
+    assert_eq!((rep.flushed, rep.failed), (0, 0), "waits out its backoff");
+    let retry = FlushPolicy {
+        retry_min: Duration::ZERO,
+        ..now
+    };
+    let rep = r.c.flush_pass(&r.data, &r.pfs, &retry);
+    assert_eq!((rep.flushed, rep.failed), (0, 1));
+    assert_eq!(r.c.dirty_bytes(), 150_000);
+
+    r.pfs.fail.store(false, Ordering::SeqCst);
+    let rep = r.c.flush_pass(&r.data, &r.pfs, &retry);
+    assert_eq!((rep.flushed, rep.failed, rep.bytes), (1, 0, 150_000));
+    assert_eq!(r.pfs_bytes(a), bytes);
+    assert!(!r.c.is_dirty(a));
+}
+
+#[test]
+fn flush_all_fails_while_the_pfs_fails() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let (a, b) = (InodeNo(41), InodeNo(42));
+    let mut rng = Rng(41);
+    let (ba, bb) = (rng.bytes(70_000), rng.bytes(500));
+    r.set_pfs(a, b"");
+    r.set_pfs(b, b"");
+    r.write(a, 0, &ba);
+    r.write(b, 0, &bb);
+    r.pfs.fail.store(true, Ordering::SeqCst);
+    assert!(r.c.flush_all(&r.data, &r.pfs).is_err());
+    assert_eq!(r.c.dirty_inodes(), vec![a, b]);
+    r.pfs.fail.store(false, Ordering::SeqCst);
+    r.c.flush_all(&r.data, &r.pfs).unwrap();
+    assert_eq!((r.pfs_bytes(a), r.pfs_bytes(b)), (ba, bb));
+    assert_eq!(r.c.dirty_bytes(), 0);
+}
+
+#[test]
+fn a_file_gone_from_the_pfs_is_dropped_not_retried_forever() {
+    // A file removed on the PFS (or whose delete this server missed) has nowhere for
+    // its dirty ranges to go: the flush drops them, so a teardown is not refused for
+    // ever. A PFS that fails instead keeps them (flush_all_fails_while_the_pfs_fails).
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let (a, b) = (InodeNo(51), InodeNo(52));
+    r.set_pfs(a, b"");
+    r.set_pfs(b, b"");
+    let mut rng = Rng(51);
+    let bb = rng.bytes(90_000);
+    r.write(a, 0, &rng.bytes(90_000));
+    r.write(b, 0, &bb);
+    std::fs::remove_file(r.pfs.path(a)).unwrap();
+    r.c.flush_all(&r.data, &r.pfs).unwrap();
+    assert_eq!(r.c.dirty_bytes(), 0);
+    assert!(
+        !r.pfs.path(a).exists(),
+        "the flush must not recreate a removed file"
+    );
+    assert_eq!(r.pfs_bytes(b), bb);
+    assert!(r.data.stripe_info(a).is_empty(), "its stripes went with it");
+}
+
+#[test]
+fn truncate_and_delete_drop_dirty_ranges() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let ss = r.pfs.stripe_size;
+    let a = InodeNo(51);
+    r.set_pfs(a, b"");
+    let mut model = Rng(51).bytes(200_000);
+    r.write(a, 0, &model);
+    r.c.truncate(&r.data, a, 100_000, ss).unwrap();
+    model.truncate(100_000);
+    assert_eq!(r.c.dirty_bytes(), 100_000);
+    assert_eq!(r.stored(a), vec![(0, 65536), (1, 100_000 - 65536)]);
+    r.flush(a);
+    assert_eq!(r.pfs_bytes(a), model, "nothing written past the truncation");
+
+    let b = InodeNo(52);
+    let before = Rng(52).bytes(1000);
+    r.set_pfs(b, &before);
+    r.write(b, 500, &[7; 4500]);
+    r.c.delete(&r.data, b).unwrap();
+    assert!(!r.c.is_dirty(b));
+    assert!(r.stored(b).is_empty());
+    r.c.flush_all(&r.data, &r.pfs).unwrap();
+    assert_eq!(
+        r.pfs_bytes(b),
+        before,
+        "a deleted file's dirty ranges never reach the PFS"
+    );
+
+    // Truncated while dirty again, then restarted: the drops were logged.
+    r.write(a, 50_000, &[1; 100_000]);
+    r.c.truncate(&r.data, a, 60_000, ss).unwrap();
+    assert_eq!(r.c.dirty_bytes(), 10_000);
+    let r = r.restart();
+    assert_eq!(r.c.dirty_bytes(), 10_000);
+    assert_eq!(r.c.dirty_inodes(), vec![a]);
+}
+
+#[test]
+fn eviction_takes_clean_stripes_lru_first() {
+    let ss = 64 * KIB;
+    let r = rig(ss as u32, 8 * ss, 0);
+    let a = InodeNo(61);
+    let file = Rng(61).bytes(10 * ss as usize);
+    r.set_pfs(a, &file);
+    let read = |k: u64| {
+        let got = r.read(a, k * ss, ss as usize);
+        assert_eq!(got, file[(k * ss) as usize..((k + 1) * ss) as usize]);
+    };
+    for k in 0..6 {
+        read(k);
+    }
+    r.write(a, 6 * ss, &file[6 * ss as usize..7 * ss as usize]);
+    read(0);
+    assert_eq!(r.data.used(), 7 * ss);
+    // Least recently used first: 1, 2, 3 (0 was read again).
+    assert_eq!(r.c.evict(&r.data, 8 * ss - 4 * ss), 3 * ss);
+    let kept: Vec<u64> = r.stored(a).iter().map(|s| s.0).collect();
+    assert_eq!(kept, vec![0, 4, 5, 6]);
+    // Everything clean goes; the dirty stripe never does.
+    assert_eq!(r.c.evict(&r.data, 8 * ss), 3 * ss);
+    assert_eq!(r.stored(a), vec![(6, ss)]);
+    assert!(r.c.is_dirty(a));
+    // An evicted stripe is fetched again when read.
+    let opens = r.pfs.reads.load(Ordering::SeqCst);
+    read(1);
+    assert_eq!(r.pfs.reads.load(Ordering::SeqCst), opens + 1);
+
+    // A full fragment makes room for a fetch by evicting.
+    for k in [2, 3, 4, 5, 7, 8] {
+        read(k);
+    }
+    assert_eq!(r.data.used(), 8 * ss);
+    read(9);
+    let kept: Vec<u64> = r.stored(a).iter().map(|s| s.0).collect();
+    assert_eq!(
+        kept,
+        vec![2, 3, 4, 5, 6, 7, 8, 9],
+        "stripe 1, the oldest, went"
+    );
+    r.flush(a);
+    assert_eq!(r.pfs_bytes(a), file);
+}
+
+#[test]
+fn stripes_on_disk_before_a_restart_are_evictable() {
+    let ss = 64 * KIB;
+    let r = rig(ss as u32, 4 * ss, 0);
+    let a = InodeNo(65);
+    let file = Rng(65).bytes(4 * ss as usize);
+    r.set_pfs(a, &file);
+    assert_eq!(r.read(a, 0, 3 * ss as usize), file[..3 * ss as usize]);
+    r.write(a, 3 * ss, &[9; 10]);
+    let r = r.restart();
+    assert_eq!(r.c.evict(&r.data, 4 * ss), 3 * ss);
+    assert_eq!(r.stored(a), vec![(3, 10)]);
+}
+
+#[test]
+fn eviction_counts_promised_space_as_taken() {
+    use crate::data::{GrantAccount, GrantLimits};
+    let ss = 64 * KIB;
+    let mut r = rig(ss as u32, 4 * ss, 0);
+    let limits = GrantLimits {
+        per_connection: 2 * ss,
+        disk_reserve: 0,
+    };
+    let stripes = r.tmp.path().join("frag/stripes");
+    r.data = DataStore::open(&stripes, 4 * ss, 16)
+        .unwrap()
+        .with_grant_limits(limits);
+    let a = InodeNo(67);
+    let file = Rng(67).bytes(2 * ss as usize);
+    r.set_pfs(a, &file);
+    assert_eq!(r.read(a, 0, 2 * ss as usize), file);
+    // A connection is promised half of what is left: 64 KiB used by no stripe yet.
+    let acct = GrantAccount::new();
+    assert_eq!(r.data.refill(&acct), ss);
+    assert_eq!(r.data.room(), ss);
+    // A write of 128 KiB needs a clean stripe to go, though 128 KiB are unused.
+    assert_eq!(r.c.evict(&r.data, 2 * ss), ss);
+    assert_eq!(r.data.room(), 2 * ss);
+    r.data.close_account(&acct);
+}
+
+#[test]
+fn flush_pass_follows_its_policy() {
+    let r = rig(64 << 10, MIB, MIB);
+    let (a, b, c) = (InodeNo(71), InodeNo(72), InodeNo(73));
+    for ino in [a, b, c] {
+        r.set_pfs(ino, b"");
+    }
+    let policy = FlushPolicy {
+        modified_threshold: 100_000,
+        max_age: Duration::from_secs(3600),
+        ..FlushPolicy::default()
+    };
+    r.write(a, 0, &[1; 10_000]);
+    let rep = r.c.flush_pass(&r.data, &r.pfs, &policy);
+    assert_eq!(rep.flushed, 0, "small and young");
+    r.write(b, 0, &[2; 150_000]);
+    let rep = r.c.flush_pass(&r.data, &r.pfs, &policy);
+    assert_eq!((rep.flushed, rep.bytes), (1, 150_000), "over the threshold");
+    assert_eq!(r.c.dirty_inodes(), vec![a]);
+    // Dirty bytes over 75% of the capacity: everything goes.
+    r.write(c, 0, &[3; 800_000]);
+    let big = FlushPolicy {
+        modified_threshold: 10 * MIB,
+        ..policy.clone()
+    };
+    let rep = r.c.flush_pass(&r.data, &r.pfs, &big);
+    assert_eq!((rep.flushed, rep.bytes), (2, 810_000));
+    // And by age.
+    r.write(a, 0, &[4; 10]);
+    let old = FlushPolicy {
+        max_age: Duration::ZERO,
+        ..big
+    };
+    assert_eq!(r.c.flush_pass(&r.data, &r.pfs, &old).flushed, 1);
+    assert_eq!(r.c.dirty_bytes(), 0);
+}
+
+#[test]
+fn syncs_share_fdatasyncs() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let r = &r;
+            s.spawn(move || {
+                let ino = InodeNo(80 + t);
+                for i in 0..50 {
+                    r.write(ino, i * 10, &[t as u8; 10]);
+                    r.data.sync(ino).unwrap();
+                    r.c.sync(ino).unwrap();
+                }
+            });
+        }
+    });
+    let last = r.c.log().last_seq;
+    assert_eq!(last, 200);
+    assert_eq!(
+        r.c.synced().upto,
+        last,
+        "the last sync covered every record"
+    );
+    r.c.sync(InodeNo(999)).unwrap();
+    r.c.sync(InodeNo(80)).unwrap();
+}
+
+#[test]
+fn a_failed_log_append_is_repaired() {
+    use std::io::Write;
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let a = InodeNo(95);
+    r.set_pfs(a, b"");
+    let mut model = Vec::new();
+    r.write(a, 0, &[1; 3000]);
+    put(&mut model, 0, &[1; 3000]);
+    r.write(a, 70_000, &[2; 100]);
+    put(&mut model, 70_000, &[2; 100]);
+    r.flush(a);
+    r.write(a, 100, &[3; 100]);
+    put(&mut model, 100, &[3; 100]);
+    // An append that failed half-way (the disk full): a torn record ends the file.
+    let log = r.tmp.path().join("frag").join(LOG_NAME);
+    let mut f = OpenOptions::new().append(true).open(&log).unwrap();
+    f.write_all(&[0x53; 40]).unwrap();
+    r.c.log().broken = true;
+    // Appends now fail: a write is answered with an error, its range dirty here only.
+    let unlogged = |off: u32, bytes: &[u8], model: &mut Vec<u8>| {
+        let g = r.c.begin_write(a, 0, off, bytes.len() as u32);
+        let res = r.data.write(a, 0, off, bytes);
+        assert!(g.finish(&res).is_err());
+        put(model, u64::from(off), bytes);
+    };
+    unlogged(5000, &[4; 1000], &mut model);
+    // A flush's Flushed records fail too: clean here, dirty in the log.
+    r.flush(a);
+    assert_eq!(r.pfs_bytes(a), model);
+    unlogged(200, &[5; 10], &mut model);
+    assert_eq!(r.c.dirty_bytes(), 10);
+    let idle = FlushPolicy {
+        max_age: Duration::from_secs(3600),
+        ..FlushPolicy::default()
+    };
+    r.c.flush_pass(&r.data, &r.pfs, &idle);
+    assert!(!r.c.log().broken);
+    r.write(a, 9000, &[6; 10]);
+    put(&mut model, 9000, &[6; 10]);
+    r.c.sync(a).unwrap();
+    let dirty = r.c.dirty_bytes();
+    let r = r.restart();
+    assert_eq!(r.c.dirty_bytes(), dirty, "the log says what the state said");
+    r.flush(a);
+    assert_eq!(r.pfs_bytes(a), model);
+}
+
+#[test]
+fn compaction_keeps_the_dirty_set() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let a = InodeNo(91);
+    r.set_pfs(a, b"");
+    let mut rng = Rng(91);
+    let mut model = Vec::new();
+    for round in 0..100 {
+        for _ in 0..10 {
+            let off = rng.below(300_000);
+            let n = 1 + rng.below(100) as usize;
+            let bytes = rng.bytes(n);
+            r.write(a, off, &bytes);
+            put(&mut model, off, &bytes);
+        }
+        if round < 99 {
+            r.flush(a);
+        }
+    }
+    let dirty = r.c.dirty_bytes();
+    let ranges = dirty_ranges(&r.c, a) as u64;
+    assert!(dirty > 0);
+    let before = std::fs::metadata(r.tmp.path().join("frag").join(LOG_NAME))
+        .unwrap()
+        .len();
+    assert!(!r.c.compact_if_due(before), "not larger than the minimum");
+    assert!(r.c.compact_if_due(0));
+    let after = std::fs::metadata(r.tmp.path().join("frag").join(LOG_NAME))
+        .unwrap()
+        .len();
+    assert!(after < before);
+    assert_eq!(after, ranges * 84, "one record per live range");
+    // Appends go on after the compaction, and a restart sees it all.
+    r.write(a, 400_000, &[5; 10]);
+    put(&mut model, 400_000, &[5; 10]);
+    r.c.sync(a).unwrap();
+    let r = r.restart();
+    assert_eq!(r.c.dirty_bytes(), dirty + 10);
+    r.flush(a);
+    assert_eq!(r.pfs_bytes(a), model);
+}

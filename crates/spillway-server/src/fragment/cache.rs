@@ -1,0 +1,464 @@
+//! A fragment made a cache of a PFS directory (docs/cache.md): its `cache.json`, the
+//! directory opened as the owner beneath a PFS root, the namespace (server 0 only),
+//! the cached stripes, and how the data side reaches a file on the PFS (`Resolver`).
+//!
+//! A fragment is created as scratch; the manager's `CacheConfigReq` (its instance's
+//! configuration of type cache) turns it into a cache before any client mounts it.
+//! The choice is written to `cache.json` (0600, beside `fragment.json`), so a restarted
+//! server opens the fragment as the cache it was.
+
+use crate::cache::pfsns::{open_resolved, PfsNamespace};
+use crate::cache::stripes::CacheStripes;
+use crate::cache::{PfsFiles, Resolved};
+use crate::error::{fs, StoreError, StoreResult};
+use crate::fragment::peers::Peers;
+use crate::stage::pfs::Pfs;
+use serde::{Deserialize, Serialize};
+use spillway_types::identity::Identity;
+use spillway_types::{Errno, InodeNo, ServerIndex};
+use spillway_wire::{CacheConfigReq, CacheResolveReq};
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+pub(super) const CACHE_FILE: &str = "cache.json";
+const NAMESPACE_FILE: &str = "pfsns.sqlite";
+
+/// The namespace of a cache instance lives on its server 0 alone (docs/cache.md,
+/// "Where a request goes").
+pub(crate) const NAMESPACE_SERVER: ServerIndex = ServerIndex(0);
+
+/// `cache.json`: which PFS directory this fragment caches, for whom, with which
+/// policies (the instance's defaults).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CacheConfig {
+    pub pfs_dir: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub modified_threshold: u64,
+    pub read_ahead: u64,
+    pub sync_on_close: bool,
+    pub sync_to_pfs: bool,
+}
+
+impl From<&CacheConfigReq> for CacheConfig {
+    fn from(r: &CacheConfigReq) -> CacheConfig {
+        CacheConfig {
+            pfs_dir: r.pfs_dir.clone(),
+            uid: r.uid,
+            gid: r.gid,
+            modified_threshold: r.modified_threshold,
+            read_ahead: r.read_ahead,
+            sync_on_close: r.sync_on_close,
+            sync_to_pfs: r.sync_to_pfs,
+        }
+    }
+}
+
+impl CacheConfig {
+    fn load(path: &Path) -> StoreResult<Option<CacheConfig>> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(format!("{}: {e}", path.display())))
+    }
+
+    /// Written whole under a temporary name and renamed into place, synced.
+    fn save(&self, dir: &Path) -> StoreResult<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let tmp = dir.join(format!("{CACHE_FILE}.new"));
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        let text = serde_json::to_vec_pretty(self)
+            .map_err(|e| StoreError::Corrupt(format!("encoding {CACHE_FILE}: {e}")))?;
+        f.write_all(&text)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, dir.join(CACHE_FILE))?;
+        File::open(dir)?.sync_all()?;
+        Ok(())
+    }
+}
+
+/// The directory a cache configuration names, opened as its owner beneath one of
+/// this server's PFS roots (the rules of a stage, stage/pfs): a directory the owner
+/// cannot reach is refused, whatever root could.
+fn open_pfs_dir(c: &CacheConfig, roots: &[String]) -> StoreResult<OwnedFd> {
+    let id = match Identity::of_uid(c.uid) {
+        Ok(mut id) => {
+            id.gid = c.gid;
+            id
+        }
+        Err(e) => {
+            tracing::warn!("cache of {}: {e}", c.pfs_dir);
+            return Err(fs(Errno::EPERM));
+        }
+    };
+    let refused = |f: crate::stage::Failure| {
+        tracing::warn!("cache of {}: {}", c.pfs_dir, f.message);
+        fs(Errno(f.errno))
+    };
+    let pfs = Pfs::new(roots, std::slice::from_ref(&c.pfs_dir), id).map_err(refused)?;
+    let dir = pfs
+        .open(&c.pfs_dir, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .map_err(refused)?;
+    Ok(OwnedFd::from(dir))
+}
+
+/// A cache fragment's state.
+pub(crate) struct CacheState {
+    pub config: CacheConfig,
+    /// The namespace, on the namespace server only.
+    pub ns: Option<PfsNamespace>,
+    pub stripes: CacheStripes,
+    pub resolver: Resolver,
+    /// Files whose last name went while open (namespace server): their cached data
+    /// goes at their last close.
+    unlinked: Mutex<HashSet<InodeNo>>,
+}
+
+impl CacheState {
+    /// Open the cache state of fragment `dir`, if it is a cache.
+    pub(super) fn open(
+        dir: &Path,
+        index: ServerIndex,
+        stripe_size: u32,
+        count: u16,
+        roots: &[String],
+    ) -> StoreResult<Option<CacheState>> {
+        let Some(config) = CacheConfig::load(&dir.join(CACHE_FILE))? else {
+            return Ok(None);
+        };
+        Self::start(dir, config, index, stripe_size, count, roots).map(Some)
+    }
+
+    /// Make fragment `dir` a cache of `config`'s directory.
+    pub(super) fn configure(
+        dir: &Path,
+        config: CacheConfig,
+        index: ServerIndex,
+        stripe_size: u32,
+        count: u16,
+        roots: &[String],
+    ) -> StoreResult<CacheState> {
+        // Checked before anything is written: a refused directory leaves no trace.
+        let state = Self::start(dir, config, index, stripe_size, count, roots)?;
+        state.config.save(dir)?;
+        Ok(state)
+    }
+
+    fn start(
+        dir: &Path,
+        config: CacheConfig,
+        index: ServerIndex,
+        stripe_size: u32,
+        count: u16,
+        roots: &[String],
+    ) -> StoreResult<CacheState> {
+        let pfs_dir = open_pfs_dir(&config, roots)?;
+        let mount = pfs_dir.try_clone()?;
+        let ns = if index == NAMESPACE_SERVER {
+            Some(PfsNamespace::open(
+                pfs_dir,
+                &dir.join(NAMESPACE_FILE),
+                index,
+                stripe_size,
+                count,
+            )?)
+        } else {
+            None
+        };
+        let stripes = CacheStripes::open(dir, config.read_ahead)?;
+        Ok(CacheState {
+            config,
+            ns,
+            stripes,
+            resolver: Resolver {
+                mount,
+                known: Mutex::new(HashMap::new()),
+            },
+            unlinked: Mutex::new(HashSet::new()),
+        })
+    }
+}
+
+/// How this server reaches a cached file on the PFS: by its file handle, which the
+/// namespace server knows (asked once per file and kept; a file's handle never
+/// changes while it exists).
+pub(crate) struct Resolver {
+    /// The instance's directory: a descriptor on the PFS for `open_by_handle_at`.
+    mount: OwnedFd,
+    known: Mutex<HashMap<InodeNo, Resolved>>,
+}
+
+/// A `Resolver` with what it needs to ask: the namespace (here) or the peers.
+pub(super) struct Resolving<'a> {
+    pub resolver: &'a Resolver,
+    pub ns: Option<&'a PfsNamespace>,
+    pub peers: &'a Peers,
+}
+
+impl Resolving<'_> {
+    fn resolve(&self, ino: InodeNo) -> StoreResult<Resolved> {
+        let known = |r: &Resolver| {
+            r.known
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&ino)
+                .cloned()
+        };
+        if let Some(r) = known(self.resolver) {
+            return Ok(r);
+        }
+        let r = match self.ns {
+            Some(ns) => ns.resolve(ino)?,
+            None => {
+                let ep = self.peers.get(NAMESPACE_SERVER).ok_or(fs(Errno::ESTALE))?;
+                let r = ep.call(&CacheResolveReq { ino }).map_err(fs)?;
+                Resolved {
+                    handle_type: r.handle_type,
+                    handle: r.handle,
+                    uid: r.uid,
+                    gid: r.gid,
+                    stripe_size: r.stripe_size,
+                    stripe_width: r.stripe_width,
+                }
+            }
+        };
+        self.resolver
+            .known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ino, r.clone());
+        Ok(r)
+    }
+}
+
+impl Resolver {
+    /// Forget a file (removed, or its layout may change): the next use asks again.
+    pub(crate) fn forget(&self, ino: InodeNo) {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ino);
+    }
+}
+
+impl PfsFiles for Resolving<'_> {
+    fn open_read(&self, ino: InodeNo) -> StoreResult<File> {
+        open_resolved(&self.resolver.mount, &self.resolve(ino)?, false)
+    }
+
+    fn open_write(&self, ino: InodeNo) -> StoreResult<Option<File>> {
+        let r = self.resolve(ino)?;
+        match open_resolved(&self.resolver.mount, &r, true) {
+            Ok(f) => Ok(Some(f)),
+            // The handle itself opens nothing on this host: the file is gone.
+            Err(StoreError::Fs(Errno::ESTALE)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn stripe_size(&self, ino: InodeNo) -> StoreResult<u32> {
+        Ok(self.resolve(ino)?.stripe_size)
+    }
+}
+
+impl super::Fragment {
+    /// The fragment's cache state, if it is a cache.
+    pub(crate) fn cache(&self) -> Option<&CacheState> {
+        self.cache.get()
+    }
+
+    /// `CacheConfigReq`: make this fragment a cache of the request's directory. The
+    /// same directory again is a no-op (a manager retrying); another one is EEXIST, as
+    /// is a fragment whose scratch namespace already holds files.
+    pub(crate) fn configure_cache(&self, req: &CacheConfigReq) -> StoreResult<()> {
+        let wanted = CacheConfig::from(req);
+        if let Some(c) = self.cache.get() {
+            return if c.config == wanted {
+                Ok(())
+            } else {
+                Err(fs(Errno::EEXIST))
+            };
+        }
+        // Only the root directory: a scratch instance in use is never turned over.
+        if self.meta.inode_count()? > u64::from(self.index() == NAMESPACE_SERVER) {
+            return Err(fs(Errno::EEXIST));
+        }
+        let state = CacheState::configure(
+            &self.dir,
+            wanted,
+            self.index(),
+            self.config.stripe_size,
+            self.config.count(),
+            &self.pfs_roots,
+        )?;
+        // Two configure requests racing: the second one's state is dropped unused.
+        let _ = self.cache.set(state);
+        Ok(())
+    }
+
+    /// How the data side reaches the PFS from here.
+    pub(crate) fn resolving<'a>(&'a self, c: &'a CacheState) -> impl PfsFiles + 'a {
+        Resolving {
+            resolver: &c.resolver,
+            ns: c.ns.as_ref(),
+            peers: &self.peers,
+        }
+    }
+}
+
+impl super::Fragment {
+    /// A file's last name went on the PFS: its cached data (dirty ranges included:
+    /// the file they belonged to is gone) goes now, or at its last close.
+    pub(crate) fn cache_unlinked(&self, ino: InodeNo) {
+        let Some(c) = self.cache() else { return };
+        if self.lock_opens().count(ino) > 0 {
+            c.unlinked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(ino);
+            return;
+        }
+        self.cache_drop_everywhere(ino);
+    }
+
+    /// The last open of `ino` here went.
+    pub(crate) fn cache_released(&self, ino: InodeNo) {
+        let Some(c) = self.cache() else { return };
+        let gone = c
+            .unlinked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ino);
+        if gone {
+            self.cache_drop_everywhere(ino);
+        }
+    }
+
+    /// Delete a removed file's cached stripes on every server of the instance (its
+    /// layout may be gone with it, so all of them). Best effort: a server that misses
+    /// it keeps unreachable bytes until its write-behind finds the file gone from the
+    /// PFS (`PfsFiles::open_write` answers `None`) and drops them.
+    fn cache_drop_everywhere(&self, ino: InodeNo) {
+        let req = spillway_wire::DeleteDataReq { ino };
+        let calls: Vec<_> = (0..self.config.count())
+            .map(ServerIndex)
+            .filter(|&s| s != self.index())
+            .filter_map(|s| self.peers.get(s))
+            .map(|ep| ep.start(&req, &[]))
+            .collect();
+        if let Some(c) = self.cache() {
+            let local = c.stripes.delete(&self.data, ino);
+            if let Err(e) = local {
+                tracing::warn!(%ino, "dropping a removed file's cache: {e}");
+            }
+            c.resolver.forget(ino);
+        }
+        for call in calls {
+            if let Err(e) = call.wait() {
+                tracing::warn!(%ino, "dropping a removed file's cache on a peer: {e}");
+            }
+        }
+    }
+
+    /// Cut a cached file's stripes on every server of its layout to `size`, before
+    /// the PFS file is cut (`service::cache`).
+    pub(crate) fn cache_truncate(
+        &self,
+        c: &CacheState,
+        a: &spillway_types::Attr,
+        size: u64,
+    ) -> StoreResult<()> {
+        let req = spillway_wire::TruncateDataReq {
+            ino: a.ino,
+            size,
+            stripe_size: a.stripe_size,
+        };
+        let layout = self.layout(a.ino, a.stripe_size, a.stripe_width);
+        let remote: Vec<ServerIndex> = layout.servers().filter(|&s| s != self.index()).collect();
+        let endpoints = remote
+            .iter()
+            .map(|&s| self.peers.get(s).ok_or(fs(Errno::EIO)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let calls: Vec<_> = endpoints.iter().map(|ep| ep.start(&req, &[])).collect();
+        let mut first_err = c
+            .stripes
+            .truncate(&self.data, a.ino, size, a.stripe_size)
+            .err();
+        for call in calls {
+            if let Err(e) = call.wait() {
+                first_err.get_or_insert(fs(e));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// A write found the fragment full: evict clean stripes for `need` bytes. True
+    /// when something was freed (the write is worth trying again).
+    pub(crate) fn cache_make_room(&self, c: &CacheState, need: u64) -> bool {
+        c.stripes.evict(&self.data, need) > 0
+    }
+
+    /// Before the fragment goes: every dirty byte to the PFS, or refuse (EBUSY), so a
+    /// teardown never drops data silently (docs/cache.md, "What survives what").
+    pub(crate) fn cache_flush_all(&self) -> StoreResult<()> {
+        let Some(c) = self.cache() else {
+            return Ok(());
+        };
+        c.stripes
+            .flush_all(&self.data, &self.resolving(c))
+            .map_err(|e| {
+                tracing::warn!(
+                    instance = self.config.instance,
+                    dirty = c.stripes.dirty_bytes(),
+                    "cache not written back, so not destroyed: {e}"
+                );
+                fs(Errno::EBUSY)
+            })
+    }
+}
+
+/// The write-behind thread of a fragment: once a second (while the fragment is a
+/// cache) a pass of write-behind and eviction (`CacheStripes::flush_pass`).
+pub(super) fn start_write_behind(frag: &Arc<super::Fragment>) {
+    let weak = Arc::downgrade(frag);
+    let name = format!("writebehind-{}", frag.config.instance);
+    if let Err(e) = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || write_behind(&weak))
+    {
+        tracing::error!("cannot start the write-behind thread: {e}");
+    }
+}
+
+fn write_behind(weak: &Weak<super::Fragment>) {
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let Some(f) = weak.upgrade() else { return };
+        if f.is_closed() {
+            return;
+        }
+        let Some(c) = f.cache() else { continue };
+        let policy = crate::cache::stripes::FlushPolicy {
+            modified_threshold: c.config.modified_threshold,
+            ..Default::default()
+        };
+        let report = c.stripes.flush_pass(&f.data, &f.resolving(c), &policy);
+        tracing::debug!(instance = f.config.instance, ?report, "write-behind pass");
+    }
+}

@@ -1,0 +1,313 @@
+//! Requests on a fragment that caches a PFS directory (docs/cache.md). Names and
+//! attributes are the PFS's, answered by the namespace server (the instance's server 0,
+//! `cache::pfsns`); data requests go to the stripe files as for scratch, bracketed by
+//! the cache's state (`cache::stripes`): a read of what is not cached fetches it from
+//! the PFS first, a write is logged for write-behind. The match is exhaustive, as in
+//! dispatch.rs: a request added to the protocol does not compile here until a cache
+//! answers it.
+
+use crate::cache::pfsns::PfsNamespace;
+use crate::error::{fs, StoreError, StoreResult};
+use crate::fragment::cache::CacheState;
+use crate::meta::{AttrChange, NewNode, SizeChange};
+use crate::service::convert;
+use crate::service::session::InstanceSession;
+use spillway_types::{Errno, FileKind};
+use spillway_wire::serve::Reply;
+use spillway_wire::{
+    AttrReply, BytesReply, CacheResolveReply, CacheStatusReply, Empty, InsertEntryReply,
+    LookupReply, NamesReply, ReadArenaReply, ReadDirReply, RemoveEntryReply, Request, StatFsReply,
+    StripeInfoReply, WriteReply,
+};
+use std::time::Instant;
+
+/// A request on a client or peer session of a cache fragment.
+pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> StoreResult<Reply> {
+    let f = &*s.fragment;
+    let empty = || Reply::of(&Empty {});
+    let attr = |attr| Reply::of(&AttrReply { attr });
+    // Names live on the namespace server alone: another server asked for one was sent
+    // there by mistake (no client does).
+    let ns = || c.ns.as_ref().ok_or(fs(Errno::ESTALE));
+    Ok(match req {
+        Request::HelloReq(_) => return Err(fs(Errno::EPROTO)),
+        Request::FragmentCreateReq(_)
+        | Request::FragmentDestroyReq(_)
+        | Request::FragmentListReq(_)
+        | Request::ServerStatusReq(_)
+        | Request::StageStartReq(_)
+        | Request::StageProgressReq(_)
+        | Request::StageCancelReq(_)
+        | Request::StageForgetReq(_) => return Err(fs(Errno::EPERM)),
+        // ---- metadata: the PFS directory's, on the namespace server
+        Request::LookupReq(r) => Reply::of(&LookupReply::from(ns()?.lookup(r.parent, &r.name)?)),
+        Request::GetAttrReq(r) => attr(ns()?.get_attr(r.ino)?),
+        Request::SetAttrReq(r) => {
+            if convert::setattr_has_unknown_bits(r.valid) {
+                ns()?.get_attr(r.ino)?;
+                return Err(fs(Errno::EINVAL));
+            }
+            attr(set_attr(s, c, ns()?, &AttrChange::from(&r), r.ino)?)
+        }
+        Request::CreateReq(r) => {
+            let open = r.open;
+            let a = ns()?.create(&NewNode::from(r))?;
+            if open {
+                attr(s.open(a.ino)?)
+            } else {
+                attr(a)
+            }
+        }
+        Request::RemoveEntryReq(r) => {
+            let Some(wanted) = convert::expect(r.want) else {
+                ns()?.lookup(r.parent, &r.name)?;
+                return Err(fs(Errno::EINVAL));
+            };
+            let removed = ns()?.remove_entry(r.parent, &r.name, wanted)?;
+            Reply::of(&RemoveEntryReply {
+                removed: removed.into(),
+            })
+        }
+        Request::InsertEntryReq(r) => {
+            let replaced = ns()?.insert_entry(r.parent, &r.name, &(&r.entry).into(), r.replace)?;
+            Reply::of(&InsertEntryReply {
+                replaced: replaced.map(Into::into),
+            })
+        }
+        Request::RenameReq(r) => {
+            let Some(mode) = convert::rename_mode(r.flags) else {
+                crate::names::check_name(&r.old_name)?;
+                crate::names::check_name(&r.new_name)?;
+                return Err(fs(Errno::EINVAL));
+            };
+            let renamed =
+                ns()?.rename(r.old_parent, &r.old_name, r.new_parent, &r.new_name, mode)?;
+            Reply::of(&spillway_wire::RenameReply::from(renamed))
+        }
+        Request::LinkCountReq(r) => {
+            let a = ns()?.link_count(r.ino, r.delta)?;
+            if a.nlink == 0 && a.kind == FileKind::Regular {
+                f.cache_unlinked(r.ino);
+            }
+            attr(a)
+        }
+        Request::TouchDirReq(r) => attr(ns()?.touch_dir(r.ino, r.nlink_delta)?),
+        // The PFS keeps a directory being removed or replaced empty itself (rmdir and
+        // rename answer ENOTEMPTY), so there is nothing to seal.
+        Request::SealDirReq(_) | Request::UnsealDirReq(_) => empty(),
+        Request::ReadDirReq(r) => match &c.ns {
+            Some(ns) => Reply::of(&ReadDirReply::from(
+                ns.read_dir(r.dir, &r.after, r.max, r.plus)?,
+            )),
+            // No entries here.
+            None => Reply::of(&ReadDirReply {
+                entries: Vec::new(),
+                more: false,
+            }),
+        },
+        Request::OpenReq(r) => attr(s.open(r.ino)?),
+        Request::ReleaseReq(r) => {
+            s.release(r.ino);
+            empty()
+        }
+        Request::ExtendSizeReq(r) => attr(ns()?.extend_size(r.ino, r.size, r.touch)?),
+        Request::SetLayoutReq(r) => {
+            c.resolver.forget(r.ino);
+            attr(ns()?.set_layout(r.ino, r.stripe_size, r.stripe_width)?)
+        }
+        Request::SetXattrReq(r) => {
+            let Some(how) = convert::xattr_mode(r.flags) else {
+                crate::names::check_xattr_name(&r.name)?;
+                crate::names::check_xattr_value(&r.value)?;
+                return Err(fs(Errno::EINVAL));
+            };
+            ns()?.set_xattr(r.ino, &r.name, &r.value, how)?;
+            empty()
+        }
+        Request::GetXattrReq(r) => Reply::of(&BytesReply {
+            value: ns()?.get_xattr(r.ino, &r.name)?,
+        }),
+        Request::ListXattrReq(r) => Reply::of(&NamesReply {
+            names: ns()?.list_xattrs(r.ino)?,
+        }),
+        Request::RemoveXattrReq(r) => {
+            ns()?.remove_xattr(r.ino, &r.name)?;
+            empty()
+        }
+        Request::StatFsReq(_) => Reply::of(&StatFsReply {
+            capacity: f.data.capacity(),
+            used: f.data.used(),
+            inodes: match &c.ns {
+                Some(ns) => ns.inode_count()?,
+                None => 0,
+            },
+        }),
+        // Names reach the PFS when they change: nothing waits here.
+        Request::SyncMetaReq(_) => empty(),
+        Request::FragmentStatsReq(_) => Reply::of(&f.stats_reply()?),
+        Request::ReadLinkReq(r) => Reply::of(&BytesReply {
+            value: ns()?.read_link(r.ino)?,
+        }),
+        // ---- data: the stripe files, cached from and written behind to the PFS
+        Request::Write(r, bulk) => {
+            let g = &s.grant;
+            let data = bulk.data();
+            let len = u32::try_from(data.len()).map_err(|_| fs(Errno::EINVAL))?;
+            let guard = c.stripes.begin_write(r.ino, r.stripe, r.offset, len);
+            let mut written =
+                f.data
+                    .write_charged(g, r.grant_epoch, r.charged, r.ino, r.stripe, r.offset, data);
+            if is_full(&written) && f.cache_make_room(c, u64::from(len)) {
+                written = f.data.write_charged(
+                    g,
+                    r.grant_epoch,
+                    r.charged,
+                    r.ino,
+                    r.stripe,
+                    r.offset,
+                    data,
+                );
+            }
+            guard.finish(&written)?;
+            let written = written?;
+            if r.sync {
+                f.data.sync(r.ino)?;
+                c.stripes.sync(r.ino)?;
+            }
+            let granted = f.data.refill(g);
+            Reply::of(&WriteReply {
+                written,
+                grant_epoch: g.epoch(),
+                granted,
+            })
+        }
+        Request::GrantReleaseReq(r) => {
+            f.data.release_grant(&s.grant, r.grant_epoch, r.bytes);
+            empty()
+        }
+        Request::Read(r) => {
+            let pfs = f.resolving(c);
+            let _pinned = c
+                .stripes
+                .prepare_read(&f.data, &pfs, r.ino, r.stripe, r.offset, r.len)?;
+            Reply::bulk(f.data.read(r.ino, r.stripe, r.offset, r.len)?)
+        }
+        Request::ReadInto(r, mut into) => {
+            let pfs = f.resolving(c);
+            let len = u32::try_from(into.as_mut_slice().len()).map_err(|_| fs(Errno::EINVAL))?;
+            let _pinned = c
+                .stripes
+                .prepare_read(&f.data, &pfs, r.ino, r.stripe, r.offset, len)?;
+            Reply::of(&ReadArenaReply {
+                len: f
+                    .data
+                    .read_into(r.ino, r.stripe, r.offset, into.as_mut_slice())?,
+            })
+        }
+        Request::ArenaOfferReq(_) | Request::WriteArenaReq(_) | Request::ReadArenaReq(_) => {
+            return Err(fs(Errno::EPROTO))
+        }
+        Request::TruncateDataReq(r) => {
+            // The stripes and their cached state together (the write-behind never
+            // writes bytes past the new size).
+            c.stripes.truncate(&f.data, r.ino, r.size, r.stripe_size)?;
+            empty()
+        }
+        Request::SyncDataReq(r) => {
+            f.data.sync(r.ino)?;
+            c.stripes.sync(r.ino)?;
+            if c.config.sync_to_pfs {
+                c.stripes.flush_inode(&f.data, &f.resolving(c), r.ino)?;
+            }
+            empty()
+        }
+        Request::DeleteDataReq(r) => {
+            c.stripes.delete(&f.data, r.ino)?;
+            c.resolver.forget(r.ino);
+            empty()
+        }
+        Request::StripeInfoReq(r) => Reply::of(&StripeInfoReply {
+            stripes: f.data.stripe_info(r.ino),
+        }),
+        // A hole in a stripe file may be data not fetched yet: holes are not
+        // reported, and space is not preallocated, in a cache.
+        Request::FallocateDataReq(_) => return Err(fs(Errno::EOPNOTSUPP)),
+        Request::SeekDataReq(r) => Reply::of(&spillway_wire::SeekDataReply {
+            found: if r.hole {
+                Some(r.end)
+            } else {
+                (r.offset < r.end).then_some(r.offset)
+            },
+        }),
+        // The namespace's block counts are the PFS's own.
+        Request::AllocReportReq(_) => empty(),
+        // A cache's data moves on demand: it is never staged.
+        Request::StageStripesReq(_) | Request::StageSyncReq(_) | Request::StageFilesReq(_) => {
+            return Err(fs(Errno::EOPNOTSUPP))
+        }
+        // ---- locks (crate::locks), held for this session, as for scratch
+        Request::LockReq(r) => Reply::of(&spillway_wire::LockReply {
+            held: f.locks.set(s.lock_id, &r, Instant::now()).map_err(fs)?,
+        }),
+        Request::GetLkReq(r) => Reply::of(&spillway_wire::GetLkReply {
+            conflict: f.locks.test(s.lock_id, &r, Instant::now()).map_err(fs)?,
+        }),
+        Request::UnlockOwnerReq(r) => {
+            f.locks.unlock_owner(s.lock_id, &r);
+            empty()
+        }
+        Request::LockRenewReq(_) => Reply::of(&f.locks.renew(s.lock_id, Instant::now())),
+        // ---- the cache's own
+        Request::CacheConfigReq(r) if s.peer => {
+            f.configure_cache(&r)?;
+            empty()
+        }
+        Request::CacheResolveReq(r) if s.peer => {
+            let x = ns()?.resolve(r.ino)?;
+            Reply::of(&CacheResolveReply {
+                handle_type: x.handle_type,
+                handle: x.handle,
+                uid: x.uid,
+                gid: x.gid,
+                stripe_size: x.stripe_size,
+                stripe_width: x.stripe_width,
+            })
+        }
+        Request::CacheConfigReq(_) | Request::CacheResolveReq(_) => return Err(fs(Errno::EPERM)),
+        Request::CacheFlushReq(r) => {
+            c.stripes.flush_inode(&f.data, &f.resolving(c), r.ino)?;
+            empty()
+        }
+        Request::CacheStatusReq(_) => Reply::of(&CacheStatusReply {
+            dirty_bytes: c.stripes.dirty_bytes(),
+            dirty_files: c.stripes.dirty_inodes().len() as u64,
+        }),
+    })
+}
+
+fn is_full<T>(r: &StoreResult<T>) -> bool {
+    match r {
+        Err(StoreError::Fs(e)) => *e == Errno::ENOSPC,
+        Err(StoreError::Full(_)) => true,
+        Err(StoreError::Io(e)) => e.raw_os_error() == Some(libc::ENOSPC),
+        _ => false,
+    }
+}
+
+/// SetAttr of a cached file: a size change cuts the cached stripes on every server
+/// first (so write-behind never writes bytes past the new size), then the PFS file.
+fn set_attr(
+    s: &InstanceSession,
+    c: &CacheState,
+    ns: &PfsNamespace,
+    ch: &AttrChange,
+    ino: spillway_types::InodeNo,
+) -> StoreResult<spillway_types::Attr> {
+    if let Some(SizeChange::Set(size)) = ch.size {
+        let a = ns.get_attr(ino)?;
+        if a.kind == FileKind::Regular {
+            s.fragment.cache_truncate(c, &a, size)?;
+        }
+    }
+    ns.set_attr(ino, ch)
+}

@@ -1,0 +1,228 @@
+"""Cache instances (docs/cache.md): a `spillway cluster` made a cache of a PFS directory
+(`cluster up --cache-pfs`), the PFS a loop-mounted XFS (another file system, as a PFS
+is; its file handles are what the servers map inode numbers to).
+
+The mount shows the PFS directory's tree; reads that miss are fetched by the servers;
+writes are absorbed and written behind; names change on the PFS at once, as the
+caller's permissions allow; a server killed with dirty data resumes write-behind from
+its log after a restart, and the PFS ends byte-identical to what was written."""
+
+import errno
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+import spwhelpers as H
+from spwhelpers import MiB, assert_errno, p
+
+# Write-behind starts after at most this long (the flush policy's age, plus a pass).
+SETTLE = 30.0
+
+
+def _have_loop():
+    if os.geteuid() != 0 or not shutil.which("losetup") or not shutil.which("mkfs.xfs"):
+        return False
+    r = subprocess.run(["losetup", "-f"], capture_output=True, text=True)
+    return r.returncode == 0 and r.stdout.strip().startswith("/dev/loop")
+
+
+@pytest.fixture(scope="module")
+def pfs():
+    """A 1 GiB XFS mounted on a fresh directory: the PFS. Its root is 0755 root's, with
+    a 1777 `shared/` directory to cache."""
+    if not _have_loop():
+        pytest.skip("needs root, losetup, mkfs.xfs and a free loop device")
+    base = tempfile.mkdtemp(prefix=H.BASE_PREFIX + "cachepfs-")
+    os.chmod(base, 0o755)
+    img, mnt = os.path.join(base, "pfs.img"), os.path.join(base, "pfs")
+    os.mkdir(mnt)
+    subprocess.run(["truncate", "-s", "1G", img], check=True)
+    subprocess.run(["mkfs.xfs", "-q", "-f", img], check=True)
+    r = subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True, text=True)
+    if r.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"cannot loop-mount an XFS here: {r.stderr.strip()}")
+    os.chmod(mnt, 0o755)
+    shared = os.path.join(mnt, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    yield mnt
+    if subprocess.run(["umount", mnt], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cache(request, spillway_bin, pfs):
+    """(cluster, cached PFS directory): two servers caching `pfs/shared`, 64 KiB stripes
+    so that files span both servers."""
+    c = H.Cluster(spillway_bin, "cache", servers=2, capacity="1G", stripe_size="64K")
+    tun = os.path.join(c.dir, "tunables")
+    with open(tun, "w") as f:
+        f.write(f"pfs_roots = {pfs}\n")
+    shared = os.path.join(pfs, "shared")
+    failed_before = request.session.testsfailed
+    try:
+        c.up(extra=["--cache-pfs", shared, "--tunables", tun])
+        yield c, shared
+    finally:
+        logs = H.kept_logs_dir(c.dir) if request.session.testsfailed > failed_before else None
+        c.teardown(keep_logs_to=logs)
+
+
+def fresh(root, name):
+    d = os.path.join(root, name)
+    os.mkdir(d)
+    return d
+
+
+def wait_for_pfs(path, want, timeout=SETTLE):
+    """Poll until the PFS file at `path` holds exactly `want`."""
+    deadline = time.monotonic() + timeout
+    got = None
+    while time.monotonic() < deadline:
+        try:
+            with open(path, "rb") as f:
+                got = f.read()
+        except FileNotFoundError:
+            got = None
+        if got == want:
+            return
+        time.sleep(0.2)
+    have = "missing" if got is None else f"{len(got)} bytes"
+    raise AssertionError(f"{path}: the PFS never held the {len(want)} bytes written ({have})")
+
+
+def test_the_mount_shows_the_pfs_tree(cache):
+    c, shared = cache
+    d = fresh(shared, "tree")
+    os.makedirs(os.path.join(d, "a", "b"))
+    data = os.urandom(3 * MiB + 12345)
+    H.write_file(os.path.join(d, "a", "b", "f"), data, mode=0o640)
+    os.symlink("b/f", os.path.join(d, "a", "link"))
+    os.chown(os.path.join(d, "a", "b", "f"), 1234, 5678)
+    m = p(c.mnt, "tree")
+    assert sorted(os.listdir(m)) == ["a"]
+    assert sorted(os.listdir(p(m, "a"))) == ["b", "link"]
+    st = os.stat(p(m, "a", "b", "f"))
+    assert (st.st_size, st.st_mode & 0o7777, st.st_uid, st.st_gid) == (len(data), 0o640, 1234, 5678)
+    assert os.readlink(p(m, "a", "link")) == "b/f"
+    # A read that misses: the servers fetch the PFS bytes (through the link too).
+    assert H.read_file(p(m, "a", "link")) == data
+    assert H.read_file(p(m, "a", "b", "f")) == data
+
+
+def test_a_file_written_through_the_cache_reaches_the_pfs(cache):
+    c, shared = cache
+    fresh(c.mnt, "written")
+    data = os.urandom(5 * MiB + 777)
+    H.write_file(p(c.mnt, "written", "new"), data, mode=0o600)
+    # The name is on the PFS at once; the bytes follow behind.
+    assert os.path.exists(os.path.join(shared, "written", "new"))
+    wait_for_pfs(os.path.join(shared, "written", "new"), data)
+    assert os.stat(os.path.join(shared, "written", "new")).st_mode & 0o7777 == 0o600
+    assert H.read_file(p(c.mnt, "written", "new")) == data
+
+
+def test_small_random_writes_into_a_pfs_file_reach_it_whole(cache):
+    c, shared = cache
+    d = fresh(shared, "random")
+    base = bytearray(os.urandom(2 * MiB))
+    H.write_file(os.path.join(d, "f"), bytes(base))
+    rng = random.Random(18)
+    fd = os.open(p(c.mnt, "random", "f"), os.O_RDWR)
+    try:
+        for _ in range(400):
+            off = rng.randrange(0, len(base) + 4096)
+            n = rng.choice([1, 100, 4096])
+            b = os.urandom(n)
+            os.pwrite(fd, b, off)
+            end = off + n
+            if end > len(base):
+                base.extend(b"\0" * (end - len(base)))
+            base[off:end] = b
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert H.read_file(p(c.mnt, "random", "f")) == bytes(base)
+    wait_for_pfs(os.path.join(d, "f"), bytes(base))
+
+
+def test_names_change_on_the_pfs_at_once(cache):
+    c, shared = cache
+    m = fresh(c.mnt, "names")
+    d = os.path.join(shared, "names")
+    os.mkdir(p(m, "sub"))
+    assert os.path.isdir(os.path.join(d, "sub"))
+    H.write_file(p(m, "sub", "x"), b"x")
+    os.rename(p(m, "sub", "x"), p(m, "y"))
+    assert sorted(os.listdir(d)) == ["sub", "y"]
+    os.link(p(m, "y"), p(m, "z"))
+    assert os.stat(os.path.join(d, "z")).st_nlink == 2
+    os.unlink(p(m, "y"))
+    os.unlink(p(m, "z"))
+    os.rmdir(p(m, "sub"))
+    assert os.listdir(d) == []
+    # And what the PFS does directly is seen by the next lookup.
+    H.write_file(os.path.join(d, "direct"), b"direct")
+    assert H.read_file(p(m, "direct")) == b"direct"
+    assert_errno(errno.ENOTEMPTY, os.rmdir, m)
+
+
+def test_truncate_cuts_the_cache_and_the_pfs(cache):
+    c, shared = cache
+    fresh(c.mnt, "trunc")
+    data = os.urandom(MiB)
+    H.write_file(p(c.mnt, "trunc", "f"), data)
+    os.truncate(p(c.mnt, "trunc", "f"), 1000)
+    assert H.read_file(p(c.mnt, "trunc", "f")) == data[:1000]
+    wait_for_pfs(os.path.join(shared, "trunc", "f"), data[:1000])
+    # Settled: nothing written behind regrows it.
+    time.sleep(2)
+    assert os.path.getsize(os.path.join(shared, "trunc", "f")) == 1000
+
+
+def test_the_pfs_permissions_hold_for_users(cache, users):
+    """The caller's permissions are the PFS's: another user's 0600 file is not
+    readable through the cache, a file made is the maker's on the PFS."""
+    c, shared = cache
+    u1, u2 = users
+    d = fresh(shared, "perm")
+    os.chmod(d, 0o1777)
+    secret = os.path.join(d, "secret")
+    H.write_file(secret, b"only mine", mode=0o600)
+    os.chown(secret, u1.uid, u1.gid)
+    assert u1.run(H.read_file, p(c.mnt, "perm", "secret")) == b"only mine"
+    assert u2.errno(H.read_file, p(c.mnt, "perm", "secret")) == errno.EACCES
+    assert u2.errno(os.unlink, p(c.mnt, "perm", "secret")) == errno.EPERM  # sticky
+    u2.run(H.write_file, p(c.mnt, "perm", "mine"), b"u2's", 0o644)
+    st = os.stat(os.path.join(d, "mine"))
+    assert (st.st_uid, st.st_gid) == (u2.uid, u2.gid)
+    wait_for_pfs(os.path.join(d, "mine"), b"u2's")
+
+
+def test_kill_9_with_dirty_data_then_restart_loses_nothing(cache):
+    """Servers killed with written-behind bytes only in their stripes and log: after a
+    restart the write-behind resumes and the PFS ends byte-identical."""
+    c, shared = cache
+    fresh(c.mnt, "crash")
+    files = {f"f{i}": os.urandom(300_000 + i * 70_001) for i in range(4)}
+    for name, data in files.items():
+        H.write_file(p(c.mnt, "crash", name), data)
+    for i in range(c.servers):
+        c.kill_server(i)
+    on_pfs = {n: H.read_file(os.path.join(shared, "crash", n)) for n in files}
+    dirty_at_kill = [n for n, d in files.items() if on_pfs[n] != d]
+    for i in range(c.servers):
+        c.start_server(i)
+    for name, data in files.items():
+        wait_for_pfs(os.path.join(shared, "crash", name), data)
+    for name, data in files.items():
+        assert H.read_file(p(c.mnt, "crash", name)) == data
+    # The kill came before write-behind (its age is 5 s): the log is what carried them.
+    assert dirty_at_kill, "every file was on the PFS before the kill: nothing was tested"
