@@ -58,6 +58,7 @@ typedef char spw_ioc_size_check[(sizeof(struct spillway_ioc) == 16380) ? 1 : -1]
 #define SPW_XATTR_SIZE "user.spillway.stripe_size"
 #define SPW_XATTR_WIDTH "user.spillway.stripe_width"
 #define SPW_XATTR_LAYOUT "user.spillway.layout"
+#define SPW_XATTR_SYNC "user.spillway.sync"
 
 /* A request being built, then its answer. */
 struct dw_msg {
@@ -1272,6 +1273,13 @@ out:
 int dw_wait_sync_complete(int fd)
 {
     int r = fd_on_spillway(fd);
-    /* Spillway instances are scratch: there is no cache to sync to the PFS. */
-    return r < 0 ? r : -ENOTSUP;
+
+    if (r < 0)
+        return r;
+    /* The mount answers this virtual attribute once the file's changes are on the
+     * PFS (a cache instance's; docs/cache.md); a scratch instance has no cache to
+     * write back and answers EOPNOTSUPP. */
+    if (fsetxattr(fd, SPW_XATTR_SYNC, "1", 1, 0) < 0)
+        return errno == EOPNOTSUPP ? -ENOTSUP : -errno;
+    return 0;
 }

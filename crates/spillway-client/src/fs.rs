@@ -94,6 +94,10 @@ pub const LAYOUT_XATTR: &[u8] = b"user.spillway.layout";
 /// Stripe geometry of a file (settable until it holds data) or of a directory (the
 /// default for new files in it), as decimal text. Answered by the client, not listed.
 pub const STRIPE_SIZE_XATTR: &[u8] = b"user.spillway.stripe_size";
+/// Set (to anything) on a file of a cache instance: returns once the file's changes,
+/// this client's written-behind ones first, are on the PFS (`dw_wait_sync_complete`,
+/// docs/cache.md). EOPNOTSUPP on scratch. Never stored or listed.
+pub const SYNC_XATTR: &[u8] = b"user.spillway.sync";
 pub const STRIPE_WIDTH_XATTR: &[u8] = b"user.spillway.stripe_width";
 
 type R<T> = Result<T, Errno>;

@@ -139,7 +139,18 @@ impl Registry {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&instance);
         if let Some(f) = removed {
-            f.destroy(&self.dir)?;
+            if let Err(e) = f.destroy(&self.dir) {
+                // Refused before anything closed (a cache whose dirty bytes cannot
+                // reach the PFS yet, Fragment::destroy): it keeps serving, and the
+                // manager's retry finds it again rather than nothing to destroy.
+                if !f.is_closed() {
+                    self.fragments
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(instance, f);
+                }
+                return Err(e);
+            }
             tracing::info!(instance, "destroyed fragment");
         }
         Ok(())

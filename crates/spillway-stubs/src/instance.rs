@@ -504,6 +504,19 @@ impl Instance {
         self.home(ino)?.call(&SyncMetaReq {}).map(|_| ())
     }
 
+    /// A cache instance: write the file's cached changes to the PFS and wait until
+    /// they are there (`flush_scope::FILE`), or do so if the instance's `sync_on_close`
+    /// policy says a close must (`ON_CLOSE`). Asked of the namespace server, which asks
+    /// every server of the file's layout.
+    pub fn cache_flush(&self, ino: InodeNo, scope: u8) -> Result<(), Errno> {
+        if !self.desc.cache {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.home(ino)?
+            .call(&spillway_wire::CacheFlushReq { ino, scope })
+            .map(|_| ())
+    }
+
     // ---- data stubs -----------------------------------------------------------------
 
     /// Read `[offset, offset+len)` of a file of `size` bytes: pieces from their stripes'

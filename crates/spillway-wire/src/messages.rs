@@ -554,17 +554,54 @@ wire_struct!(CacheResolveReply {
     stripe_size: u32,
     stripe_width: u16
 });
+/// `CacheFlushReq::scope` values.
+pub mod flush_scope {
+    /// This server's stripes of the file.
+    pub const HERE: u8 = 0;
+    /// Every server of the file's layout (sent to the namespace server, which asks
+    /// them): `dw_wait_sync_complete`.
+    pub const FILE: u8 = 1;
+    /// As `FILE`, if the instance's `sync_on_close` policy is on (a close; otherwise
+    /// answered at once).
+    pub const ON_CLOSE: u8 = 2;
+}
 wire_struct!(
     /// Write a file's cached changes to the PFS and wait until they are there
-    /// (`dw_wait_sync_complete`, `sync_on_close`, `sync_to_pfs`); sent to each server
-    /// that may hold a stripe of it.
-    CacheFlushReq { ino: InodeNo }
+    /// (`dw_wait_sync_complete`, `sync_on_close`); `scope` from `flush_scope`.
+    CacheFlushReq { ino: InodeNo, scope: u8 }
 );
 wire_struct!(
     /// Bytes of an instance's cached data not yet on the PFS, on this server.
     CacheStatusReply { dirty_bytes: u64, dirty_files: u64 }
 );
 wire_struct!(CacheStatusReq {});
+wire_struct!(
+    /// A PFS file's version as a server saw it (`fstat`): coherence at open compares
+    /// them (docs/cache.md section 7).
+    PfsVersion { size: u64, mtime: Timespec, ctime: Timespec, ino: u64 }
+);
+wire_struct!(
+    /// Peer role only (the namespace server, at an open that found the PFS file changed
+    /// by someone else): drop this server's cached copy of the file, unless it holds
+    /// writes not yet on the PFS (then nothing is dropped, and `kept` says so).
+    CacheDropReq { ino: InodeNo }
+);
+wire_struct!(CacheDropReply { kept: bool });
+wire_struct!(
+    /// Peer role only (the namespace server, at an open that found the PFS file's
+    /// version moved): what this server holds of a cached file.
+    CacheInodeReq { ino: InodeNo }
+);
+wire_struct!(CacheInodeReply {
+    /// Some of its bytes are cached here (or stripe files of it are on disk).
+    cached: bool,
+    /// Some are written here and not yet on the PFS.
+    dirty: bool,
+    /// A write-behind, truncate or drop of it runs here now.
+    busy: bool,
+    /// The PFS file's version right after this server's last write-behind of it.
+    flushed: Option<PfsVersion>
+});
 
 // ---- locks: fcntl byte ranges, OFD locks, flock (opcodes 90-99, docs/data-plane.md) --
 /// `LockReq::class`: Linux keeps two lock spaces that never conflict with each other.
@@ -969,6 +1006,8 @@ calls! {
     111 CacheResolveReq -> CacheResolveReply, true;
     112 CacheFlushReq -> Empty, true;
     113 CacheStatusReq -> CacheStatusReply, true;
+    114 CacheDropReq -> CacheDropReply, true;
+    115 CacheInodeReq -> CacheInodeReply, true;
 }
 
 impl Call for WriteReq {

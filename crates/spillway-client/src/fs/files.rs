@@ -12,6 +12,7 @@ use crate::nodes::{Node, OpenFile};
 use crate::writeback::WriteBack;
 use fuser::{FileHandle, FopenFlags, INodeNo, LockOwner, Request};
 use spillway_types::{Attr, Errno, FileKind, InodeNo};
+use spillway_wire::messages::flush_scope;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -134,7 +135,15 @@ impl SpillwayFs {
     /// on the file go (locks.rs).
     pub(super) fn do_flush(&self, i: InodeNo, lock_owner: u64) -> R<()> {
         let r = match self.t.writeback(i) {
-            Some(wb) => wb.flush().map(|a| self.note_flushed(a)),
+            Some(wb) => wb.flush().map(|a| self.note_flushed(a)).and_then(|()| {
+                // A cache with `sync_on_close`: the close returns once the file's
+                // changes are on the PFS (the namespace server knows the policy).
+                if self.inst.desc.cache {
+                    self.inst.cache_flush(i, flush_scope::ON_CLOSE)
+                } else {
+                    Ok(())
+                }
+            }),
             None => Ok(()),
         };
         // A process's close drops its POSIX locks on the file (locks.rs).

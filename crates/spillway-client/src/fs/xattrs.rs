@@ -3,7 +3,7 @@
 //! geometry), the POSIX ACLs when the kernel enforces them (acl.rs), and
 //! `security.capability`, which the kernel asks before every write and is cached.
 
-use super::{SpillwayFs, LAYOUT_XATTR, R, STRIPE_SIZE_XATTR, STRIPE_WIDTH_XATTR};
+use super::{SpillwayFs, LAYOUT_XATTR, R, STRIPE_SIZE_XATTR, STRIPE_WIDTH_XATTR, SYNC_XATTR};
 use crate::acl;
 use fuser::Request;
 use spillway_types::acl::{Acl, ACCESS_XATTR, DEFAULT_XATTR};
@@ -29,6 +29,9 @@ impl SpillwayFs {
         }
         if n == STRIPE_SIZE_XATTR || n == STRIPE_WIDTH_XATTR {
             return self.set_stripe_param(i, n, value);
+        }
+        if n == SYNC_XATTR {
+            return self.sync_to_pfs(i);
         }
         if self.acl && acl::is_acl_name(n) {
             return self.set_acl(req, i, n, value, flags as u32);
@@ -206,5 +209,20 @@ impl SpillwayFs {
             "descriptor": self.origin,
         });
         Ok(doc.to_string().into_bytes())
+    }
+}
+
+impl SpillwayFs {
+    /// `user.spillway.sync`: this client's written-behind changes of the file to the
+    /// servers, then the servers' to the PFS (a cache instance's; `SYNC_XATTR`).
+    fn sync_to_pfs(&self, i: InodeNo) -> R<()> {
+        if !self.inst.desc.cache {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if let Some(wb) = self.t.writeback(i) {
+            wb.flush().map(|a| self.note_flushed(a))?;
+        }
+        self.inst
+            .cache_flush(i, spillway_wire::messages::flush_scope::FILE)
     }
 }

@@ -122,6 +122,13 @@ impl Servers {
         match ep.call(&FragmentDestroyReq { instance }) {
             // Already gone (an earlier attempt whose answer was lost): done.
             Ok(_) | Err(Errno::ENOENT) => Ok(()),
+            // A cache whose written-behind bytes cannot reach the PFS yet refuses to
+            // go (docs/cache.md): tried again until they can, never counted toward
+            // the fuse, since giving up would drop them.
+            Err(Errno::EBUSY) => Err(CallError::Transient(format!(
+                "{address} still caches bytes the PFS has not taken (write-behind retrying); \
+                 the instance goes once they are written"
+            ))),
             Err(e) => Err(describe(e)),
         }
     }

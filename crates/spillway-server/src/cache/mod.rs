@@ -9,7 +9,10 @@
 //! * `wblog`   — the write-behind log: which ranges of which stripes are dirty (written
 //!   here, not yet on the PFS), kept so that a server restart resumes write-behind.
 //! * `ranges`  — sets of byte ranges (a stripe's dirty ranges).
+//! * `coherence` — whether a cached copy is still the PFS file's at open (the rule,
+//!   and the PFS version it compares).
 
+pub(crate) mod coherence;
 pub(crate) mod pfsns;
 pub(crate) mod ranges;
 pub(crate) mod stripes;

@@ -7,6 +7,7 @@
 //! The choice is written to `cache.json` (0600, beside `fragment.json`), so a restarted
 //! server opens the fragment as the cache it was.
 
+use crate::cache::coherence::{judge, InodeStatus, Verdict};
 use crate::cache::pfsns::{open_resolved, PfsNamespace};
 use crate::cache::stripes::CacheStripes;
 use crate::cache::{PfsFiles, Resolved};
@@ -16,7 +17,7 @@ use crate::stage::pfs::Pfs;
 use serde::{Deserialize, Serialize};
 use spillway_types::identity::Identity;
 use spillway_types::{Errno, InodeNo, ServerIndex};
-use spillway_wire::{CacheConfigReq, CacheResolveReq};
+use spillway_wire::{CacheConfigReq, CacheDropReq, CacheInodeReq, CacheResolveReq, Call};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
@@ -408,6 +409,132 @@ impl super::Fragment {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// Coherence at open (docs/cache.md section 7; the rule: cache/coherence.rs), on
+    /// the namespace server before an open of `ino` is answered: a regular file whose
+    /// PFS version is not the one agreed has its data servers asked, and its cached copy
+    /// dropped when someone else changed it. Errors are the namespace's (the file is
+    /// gone); a server not reached only leaves the question to the next open.
+    pub(crate) fn cache_open_check(&self, c: &CacheState, ino: InodeNo) -> StoreResult<()> {
+        let ns = c.ns.as_ref().ok_or(fs(Errno::ESTALE))?;
+        let Some(seen) = ns.seen(ino)? else {
+            return Ok(());
+        };
+        if seen.unchanged() {
+            return Ok(());
+        }
+        let layout = self.layout(ino, seen.stripe_size, seen.stripe_width);
+        let servers: Vec<ServerIndex> = layout.servers().collect();
+        let statuses: Vec<Option<InodeStatus>> = self
+            .cache_on_servers(&servers, ino, &CacheInodeReq { ino }, || {
+                Ok(c.stripes.inode_status(&self.data, ino).into())
+            })
+            .into_iter()
+            .map(|r| r.map(InodeStatus::from))
+            .collect();
+        // Changed while the servers answered (a write-behind writing now): the next
+        // open decides.
+        if ns.seen(ino)?.is_none_or(|again| again.now != seen.now) {
+            return Ok(());
+        }
+        match judge(seen.now, seen.known, seen.owed, &statuses) {
+            Verdict::Unsure => {
+                tracing::debug!("coherence of inode {:#x}: undecided at this open", ino.0);
+            }
+            Verdict::Ours { dirty } => {
+                ns.agree(ino, seen.now);
+                if !dirty {
+                    ns.settled_at(ino, seen.now.size);
+                }
+            }
+            Verdict::Conflict { warn } => {
+                if ns.owe_drop(ino) && warn {
+                    conflict_warning(ino);
+                }
+                ns.agree(ino, seen.now);
+            }
+            Verdict::Drop { cached } => {
+                let left = if cached {
+                    self.cache_drop(c, &servers, ino)
+                } else {
+                    Left::Nothing
+                };
+                match left {
+                    Left::Nothing => {
+                        ns.drop_paid(ino);
+                        ns.settled(ino);
+                    }
+                    // Writes arrived since the servers answered: they win, as above.
+                    Left::Dirty => {
+                        if ns.owe_drop(ino) {
+                            conflict_warning(ino);
+                        }
+                    }
+                    // The next open tries again.
+                    Left::Unreached => {
+                        ns.owe_drop(ino);
+                    }
+                }
+                ns.agree(ino, seen.now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop the cached copy of `ino` on `servers`.
+    fn cache_drop(&self, c: &CacheState, servers: &[ServerIndex], ino: InodeNo) -> Left {
+        let replies = self.cache_on_servers(servers, ino, &CacheDropReq { ino }, || {
+            let dropped = c.stripes.drop_clean(&self.data, ino)?;
+            Ok(spillway_wire::CacheDropReply { kept: !dropped })
+        });
+        if replies.iter().any(Option::is_none) {
+            Left::Unreached
+        } else if replies.iter().flatten().any(|r| r.kept) {
+            Left::Dirty
+        } else {
+            tracing::info!(
+                "inode {:#x} changed on the PFS since it was cached: cached copy dropped",
+                ino.0
+            );
+            Left::Nothing
+        }
+    }
+
+    /// `req` (about `ino`) on each of `servers` (this one through `here`), at once:
+    /// their replies in the order of `servers`, None where it failed (logged).
+    fn cache_on_servers<C: Call>(
+        &self,
+        servers: &[ServerIndex],
+        ino: InodeNo,
+        req: &C,
+        here: impl FnOnce() -> StoreResult<C::Reply>,
+    ) -> Vec<Option<C::Reply>> {
+        let me = self.index();
+        let calls: Vec<_> = servers
+            .iter()
+            .map(|&s| {
+                (
+                    s,
+                    (s != me).then(|| self.peers.get(s).map(|ep| ep.start(req, &[]))),
+                )
+            })
+            .collect();
+        let mut here = Some(here);
+        calls
+            .into_iter()
+            .map(|(s, call)| {
+                let r = match call {
+                    None => here.take().map_or(Err(fs(Errno::EIO)), |f| f()),
+                    Some(None) => Err(fs(Errno::EIO)),
+                    Some(Some(call)) => call.wait().map_err(fs),
+                };
+                r.inspect_err(|e| {
+                    tracing::warn!("{} of inode {:#x} on server {}: {e}", C::NAME, ino.0, s.0)
+                })
+                .ok()
+            })
+            .collect()
+    }
+
     /// A write found the fragment full: evict clean stripes for `need` bytes. True
     /// when something was freed (the write is worth trying again).
     pub(crate) fn cache_make_room(&self, c: &CacheState, need: u64) -> bool {
@@ -431,6 +558,23 @@ impl super::Fragment {
                 fs(Errno::EBUSY)
             })
     }
+}
+
+/// What a drop of a cached copy left behind.
+enum Left {
+    Nothing,
+    /// Some server holds writes not yet on the PFS, and kept its copy.
+    Dirty,
+    /// Some server was not reached.
+    Unreached,
+}
+
+fn conflict_warning(ino: InodeNo) {
+    tracing::warn!(
+        "inode {:#x} changed on the PFS while the cache holds writes to it not yet written \
+         there: the cached writes win; its cached copy is dropped once they are written",
+        ino.0
+    );
 }
 
 /// The write-behind thread of a fragment: once a second (while the fragment is a
@@ -460,5 +604,53 @@ fn write_behind(weak: &Weak<super::Fragment>) {
         };
         let report = c.stripes.flush_pass(&f.data, &f.resolving(c), &policy);
         tracing::debug!(instance = f.config.instance, ?report, "write-behind pass");
+    }
+}
+
+impl super::Fragment {
+    /// `CacheFlushReq`: write a file's cached changes to the PFS and return once they
+    /// are there: this server's stripes (`HERE`), or, on the namespace server, those
+    /// of every server of the file's layout (`FILE`; `ON_CLOSE` only when the
+    /// instance's `sync_on_close` is on).
+    pub(crate) fn cache_flush(&self, c: &CacheState, ino: InodeNo, scope: u8) -> StoreResult<()> {
+        use spillway_wire::flush_scope;
+        let here = || {
+            c.stripes
+                .flush_inode(&self.data, &self.resolving(c), ino)
+                .map(|_| ())
+        };
+        match scope {
+            flush_scope::HERE => return here(),
+            flush_scope::ON_CLOSE if !c.config.sync_on_close => return Ok(()),
+            flush_scope::FILE | flush_scope::ON_CLOSE => {}
+            _ => return Err(fs(Errno::EINVAL)),
+        }
+        let ns = c.ns.as_ref().ok_or(fs(Errno::ESTALE))?;
+        let a = ns.get_attr(ino)?;
+        if a.kind != spillway_types::FileKind::Regular {
+            return Ok(());
+        }
+        let req = spillway_wire::CacheFlushReq {
+            ino,
+            scope: flush_scope::HERE,
+        };
+        let layout = self.layout(ino, a.stripe_size, a.stripe_width);
+        let remote: Vec<ServerIndex> = layout.servers().filter(|&s| s != self.index()).collect();
+        let endpoints = remote
+            .iter()
+            .map(|&s| self.peers.get(s).ok_or(fs(Errno::EIO)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let calls: Vec<_> = endpoints.iter().map(|ep| ep.start(&req, &[])).collect();
+        let mut first_err = if layout.servers().any(|s| s == self.index()) {
+            here().err()
+        } else {
+            None
+        };
+        for call in calls {
+            if let Err(e) = call.wait() {
+                first_err.get_or_insert(fs(e));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 }

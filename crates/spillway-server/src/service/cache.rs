@@ -15,9 +15,9 @@ use crate::service::session::InstanceSession;
 use spillway_types::{Errno, FileKind};
 use spillway_wire::serve::Reply;
 use spillway_wire::{
-    AttrReply, BytesReply, CacheResolveReply, CacheStatusReply, Empty, InsertEntryReply,
-    LookupReply, NamesReply, ReadArenaReply, ReadDirReply, RemoveEntryReply, Request, StatFsReply,
-    StripeInfoReply, WriteReply,
+    AttrReply, BytesReply, CacheDropReply, CacheInodeReply, CacheResolveReply, CacheStatusReply,
+    Empty, InsertEntryReply, LookupReply, NamesReply, ReadArenaReply, ReadDirReply,
+    RemoveEntryReply, Request, StatFsReply, StripeInfoReply, WriteReply,
 };
 use std::time::Instant;
 
@@ -105,7 +105,12 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 more: false,
             }),
         },
-        Request::OpenReq(r) => attr(s.open(r.ino)?),
+        // Coherence with the PFS (docs/cache.md section 7) before the open is counted.
+        // A CreateReq that opens needs none: its file is new, nothing of it is cached.
+        Request::OpenReq(r) => {
+            f.cache_open_check(c, r.ino)?;
+            attr(s.open(r.ino)?)
+        }
         Request::ReleaseReq(r) => {
             s.release(r.ino);
             empty()
@@ -273,11 +278,18 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 stripe_width: x.stripe_width,
             })
         }
-        Request::CacheConfigReq(_) | Request::CacheResolveReq(_) => return Err(fs(Errno::EPERM)),
-        Request::CacheFlushReq(r) => {
-            c.stripes.flush_inode(&f.data, &f.resolving(c), r.ino)?;
-            empty()
-        }
+        // Coherence at open, asked by the namespace server (cache/coherence.rs).
+        Request::CacheInodeReq(r) if s.peer => Reply::of(&CacheInodeReply::from(
+            c.stripes.inode_status(&f.data, r.ino),
+        )),
+        Request::CacheDropReq(r) if s.peer => Reply::of(&CacheDropReply {
+            kept: !c.stripes.drop_clean(&f.data, r.ino)?,
+        }),
+        Request::CacheConfigReq(_)
+        | Request::CacheResolveReq(_)
+        | Request::CacheInodeReq(_)
+        | Request::CacheDropReq(_) => return Err(fs(Errno::EPERM)),
+        Request::CacheFlushReq(r) => f.cache_flush(c, r.ino, r.scope).map(|()| empty())?,
         Request::CacheStatusReq(_) => Reply::of(&CacheStatusReply {
             dirty_bytes: c.stripes.dirty_bytes(),
             dirty_files: c.stripes.dirty_inodes().len() as u64,

@@ -191,10 +191,11 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
         // ---- cache instances (service/cache.rs once configured)
         Request::CacheConfigReq(r) if s.peer => f.configure_cache(&r).map(|()| empty())?,
         Request::CacheConfigReq(_) => return Err(fs(Errno::EPERM)),
-        // Not a cache: nothing to resolve, flush or count.
-        Request::CacheResolveReq(_) | Request::CacheFlushReq(_) => {
-            return Err(fs(Errno::EOPNOTSUPP))
-        }
+        // Not a cache: nothing to resolve, flush, check or drop.
+        Request::CacheResolveReq(_)
+        | Request::CacheFlushReq(_)
+        | Request::CacheInodeReq(_)
+        | Request::CacheDropReq(_) => return Err(fs(Errno::EOPNOTSUPP)),
         Request::CacheStatusReq(_) => Reply::of(&spillway_wire::CacheStatusReply {
             dirty_bytes: 0,
             dirty_files: 0,

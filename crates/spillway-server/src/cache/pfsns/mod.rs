@@ -41,14 +41,16 @@
 //!
 //! Memory only (lost with the server, by design): the sizes of files the cache has
 //! extended ahead of the PFS (`extend_size`), the last attributes of removed inodes
-//! (so `link_count` can answer after the last link is gone), and short-lived sorted
-//! listings that let the later pages of one listing skip re-reading the directory.
+//! (so `link_count` can answer after the last link is gone), short-lived sorted
+//! listings that let the later pages of one listing skip re-reading the directory,
+//! and the PFS versions of coherence at open (versions.rs).
 
 mod handles;
 mod sys;
 mod table;
 #[cfg(test)]
 mod tests;
+mod versions;
 
 use self::handles::Handle;
 use self::table::{Row, Table};
@@ -60,7 +62,7 @@ use crate::meta::{
 use crate::names::{check_name, check_symlink_target, check_xattr_name, check_xattr_value};
 use spillway_types::identity::{as_identity, Identity};
 use spillway_types::{Attr, Errno, FileKind, InodeNo, ServerIndex, Timespec};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -99,6 +101,10 @@ struct Memory {
     gone: HashMap<InodeNo, Attr>,
     gone_order: VecDeque<InodeNo>,
     listings: VecDeque<Listing>,
+    /// Coherence at open (versions.rs): the PFS version agreed per regular file, and
+    /// the files owing a drop.
+    versions: HashMap<InodeNo, crate::cache::coherence::PfsVersion>,
+    owed: HashSet<InodeNo>,
 }
 
 /// An inode opened by handle (O_PATH unless said), with its row and status.
@@ -401,6 +407,7 @@ impl PfsNamespace {
             }
         }
         let st = sys::fstat(&o.fd)?;
+        self.ours(ino, &st);
         self.attr_of(ino, &st, o.row.stripe_size, o.row.stripe_width)
     }
 
@@ -479,6 +486,10 @@ impl PfsNamespace {
         let ino = self.ino(known.counter);
         self.changed(node.parent);
         let st = sys::fstat(&fd)?;
+        if node.kind == FileKind::Regular {
+            // A new file: nothing of it is cached anywhere, its version is agreed.
+            self.agree(ino, crate::cache::coherence::PfsVersion::of(&st));
+        }
         self.attr_of(ino, &st, node.stripe_size, node.stripe_width)
     }
 
@@ -528,6 +539,8 @@ impl PfsNamespace {
         sys::unlinkat(&dir, &cn, is_dir)?;
         self.changed(parent);
         self.remember_gone(attr);
+        // Its other links, if any, saw its ctime change.
+        self.ours_ino(entry.ino);
         Ok(entry)
     }
 
@@ -557,6 +570,7 @@ impl PfsNamespace {
         }
         sys::link_inode(&o.fd, &dir, &cn)?;
         self.changed(parent);
+        self.ours_fd(entry.ino, &o.fd);
         Ok(None)
     }
 
@@ -591,6 +605,11 @@ impl PfsNamespace {
         sys::renameat2(&od, &on, &nd, &nn, flags)?;
         self.changed(old_parent);
         self.changed(new_parent);
+        // The inodes moved or unlinked saw their ctime change.
+        self.ours_ino(moved.ino);
+        if let Some((e, _)) = &replaced {
+            self.ours_ino(e.ino);
+        }
         // Two names of one inode: rename does nothing, and nothing was replaced.
         let replaced = replaced.filter(|(e, _)| mode == RenameMode::Exchange || e.ino != moved.ino);
         if let (RenameMode::Replace, Some((_, attr))) = (mode, &replaced) {
@@ -774,6 +793,7 @@ impl PfsNamespace {
                 sys::chmod_fd(&o.fd, st.st_mode & 0o7777 & !libc::S_ISGID)?;
             }
         }
+        self.ours_fd(ino, &o.fd);
         Ok(())
     }
 
@@ -790,7 +810,9 @@ impl PfsNamespace {
     pub(crate) fn remove_xattr(&self, ino: InodeNo, name: &[u8]) -> StoreResult<()> {
         let name = xattr_cname(name)?;
         let (fd, _) = self.open_ino(ino, libc::O_PATH | libc::O_NOFOLLOW)?;
-        Ok(sys::removexattr_fd(&fd, &name)?)
+        sys::removexattr_fd(&fd, &name)?;
+        self.ours_fd(ino, &fd);
+        Ok(())
     }
 
     /// The stripe geometry of `ino` (0: the instance's default).
@@ -808,8 +830,8 @@ impl PfsNamespace {
     }
 
     /// Writes absorbed by the cache extend a file before the PFS sees them: the size
-    /// (and mtime when `touch`) shown stays at least `size` until `settled(ino)` is
-    /// called (the write-behind reached the PFS). Memory only.
+    /// (and mtime when `touch`) shown stays at least `size` until an open finds the
+    /// write-behind done (`settled_at`) or the copy dropped (`settled`). Memory only.
     pub(crate) fn extend_size(&self, ino: InodeNo, size: u64, touch: bool) -> StoreResult<Attr> {
         let o = self.inode(ino)?;
         if kind_of(&o.st)? == FileKind::Regular {
@@ -824,9 +846,8 @@ impl PfsNamespace {
         self.opened_attr(ino, &o)
     }
 
-    /// The write-behind of `ino` reached the PFS: show the PFS's size and mtime again.
-    // Called by the coherence check at open (docs/cache.md §7, build step 5).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The PFS file of `ino` is all there is of it (coherence at open dropped the
+    /// cache's copy): show the PFS's size and mtime again.
     pub(crate) fn settled(&self, ino: InodeNo) {
         lock(&self.memory).overlays.remove(&ino);
     }

@@ -1202,3 +1202,122 @@ fn concurrent_creates_and_lookups_get_distinct_stable_numbers() {
         assert_eq!(e.entry.ino, *ino);
     }
 }
+
+#[test]
+fn versions_follow_our_own_calls_and_not_the_pfs_users() {
+    use crate::cache::coherence::PfsVersion;
+    let f = fx();
+    let version = |name: &str| {
+        let m = lmeta(&f.pfs.join(name));
+        PfsVersion {
+            size: m.size(),
+            mtime: Timespec {
+                sec: m.mtime(),
+                nsec: m.mtime_nsec() as u32,
+            },
+            ctime: Timespec {
+                sec: m.ctime(),
+                nsec: m.ctime_nsec() as u32,
+            },
+            ino: m.ino(),
+        }
+    };
+    // A new file: its version is agreed at its create.
+    let a =
+        f.ns.create(&node(ROOT_INODE, "new", FileKind::Regular, 0o644))
+            .unwrap();
+    let ino = a.ino;
+    let s = f.ns.seen(ino).unwrap().unwrap();
+    assert!(s.unchanged());
+    assert_eq!(s.now, version("new"));
+    assert_eq!((s.stripe_size, s.stripe_width), (SS, SW));
+
+    // Each of our own calls changes its ctime at least, and the version agreed with it.
+    let unchanged = |what: &str| {
+        let s = f.ns.seen(ino).unwrap().unwrap();
+        assert!(s.unchanged(), "after {what}: {s:?}");
+    };
+    let mode = AttrChange {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    f.ns.set_attr(ino, &mode).unwrap();
+    unchanged("chmod");
+    let cut = AttrChange {
+        size: Some(SizeChange::Set(3)),
+        ..Default::default()
+    };
+    f.ns.set_attr(ino, &cut).unwrap();
+    unchanged("truncate");
+    f.ns.set_xattr(ino, b"user.k", b"v", XattrMode::default())
+        .unwrap();
+    unchanged("setxattr");
+    f.ns.remove_xattr(ino, b"user.k").unwrap();
+    unchanged("removexattr");
+    let e = Entry {
+        ino,
+        kind: FileKind::Regular,
+    };
+    f.ns.insert_entry(ROOT_INODE, b"link", &e, false).unwrap();
+    unchanged("link");
+    f.ns.rename(
+        ROOT_INODE,
+        b"new",
+        ROOT_INODE,
+        b"moved",
+        RenameMode::NoReplace,
+    )
+    .unwrap();
+    unchanged("rename");
+    f.ns.remove_entry(ROOT_INODE, b"link", Expect::NotDir)
+        .unwrap();
+    unchanged("unlink of another link");
+    assert_eq!(f.ns.seen(ino).unwrap().unwrap().now, version("moved"));
+
+    // A change made on the PFS directly is not agreed: the same size, other bytes.
+    std::fs::write(f.pfs.join("moved"), b"xyz").unwrap();
+    let s = f.ns.seen(ino).unwrap().unwrap();
+    assert!(!s.unchanged());
+    assert_eq!(s.now, version("moved"));
+    assert_ne!(s.known, Some(s.now));
+    assert_eq!(s.now.size, 3);
+    f.ns.agree(ino, s.now);
+    unchanged("agree");
+    // A drop owed keeps it checked, until paid.
+    assert!(f.ns.owe_drop(ino));
+    assert!(!f.ns.owe_drop(ino));
+    assert!(!f.ns.seen(ino).unwrap().unwrap().unchanged());
+    f.ns.drop_paid(ino);
+    unchanged("drop paid");
+
+    // A file found on the PFS has no version agreed until an open agrees one; our own
+    // calls on it do not make one.
+    std::fs::write(f.pfs.join("found"), b"x").unwrap();
+    let found = f.ns.lookup(ROOT_INODE, b"found").unwrap().entry.ino;
+    f.ns.set_attr(found, &mode).unwrap();
+    let s = f.ns.seen(found).unwrap().unwrap();
+    assert_eq!((s.known, s.owed), (None, false));
+    assert!(!s.unchanged());
+    // Only regular files are checked.
+    std::fs::create_dir(f.pfs.join("d")).unwrap();
+    let d = f.ns.lookup(ROOT_INODE, b"d").unwrap().entry.ino;
+    assert_eq!(f.ns.seen(d).unwrap(), None);
+    assert_eq!(f.ns.seen(ROOT_INODE).unwrap(), None);
+}
+
+#[test]
+fn the_size_overlay_goes_once_the_pfs_caught_up() {
+    let f = fx();
+    let p = f.pfs.join("f");
+    std::fs::write(&p, b"abc").unwrap();
+    let ino = f.ns.lookup(ROOT_INODE, b"f").unwrap().entry.ino;
+    f.ns.extend_size(ino, 100, true).unwrap();
+    // A write-behind still on its way: the overlay stays.
+    f.ns.settled_at(ino, 3);
+    assert_eq!(f.ns.get_attr(ino).unwrap().size, 100);
+    std::fs::write(&p, vec![1u8; 100]).unwrap();
+    f.ns.settled_at(ino, 100);
+    // Gone: a later truncation on the PFS shows.
+    std::fs::write(&p, b"ab").unwrap();
+    assert_eq!(f.ns.get_attr(ino).unwrap().size, 2);
+}

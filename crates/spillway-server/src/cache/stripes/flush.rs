@@ -5,11 +5,13 @@
 //! `Flushed` record, the ranges no write has touched since the snapshot: a write that
 //! lands during the flush may or may not be in what was copied, so its range stays
 //! dirty and goes out with the next flush. A failed flush changes nothing but the
-//! inode's backoff.
+//! inode's backoff. A flush keeps the PFS file's version it left (an `fstat` after its
+//! `fdatasync`), so that the next open knows that change for its own (coherence.rs).
 
 use super::logfile::COMPACT_MIN;
 use super::state::{clip, covers, minus, Inode};
 use super::{CacheStripes, Owned};
+use crate::cache::coherence::PfsVersion;
 use crate::cache::ranges::RangeSet;
 use crate::cache::wblog::Kind;
 use crate::cache::PfsFiles;
@@ -125,8 +127,13 @@ impl CacheStripes {
             return Ok(Some(FlushStats::default()));
         }
         let r = write_out(data, pfs, ino, &snap);
-        self.complete(ino, &snap, matches!(r, Ok(Some(_))), started);
-        r
+        let ok = matches!(r, Ok(Some(_)));
+        let left = match &r {
+            Ok(Some((_, v))) => *v,
+            _ => None,
+        };
+        self.complete(ino, &snap, ok, left, started);
+        r.map(|o| o.map(|(stats, _)| stats))
     }
 
     /// The inode's dirty stripes, each now watched for writes (`touched`): those in
@@ -156,8 +163,16 @@ impl CacheStripes {
     }
 
     /// The flush is over: on success, the snapshot's ranges that no write touched are
-    /// clean (`Flushed` records); either way the stripes are no longer watched.
-    fn complete(&self, ino: InodeNo, snap: &[Snap], ok: bool, started: Instant) {
+    /// clean (`Flushed` records), and `left` is the PFS file's version it left; either
+    /// way the stripes are no longer watched.
+    fn complete(
+        &self,
+        ino: InodeNo,
+        snap: &[Snap],
+        ok: bool,
+        left: Option<PfsVersion>,
+        started: Instant,
+    ) {
         let mut st = self.state();
         let Some(inode) = st.inodes.get_mut(&ino) else {
             return;
@@ -186,6 +201,9 @@ impl CacheStripes {
             }
         }
         if ok {
+            if left.is_some() {
+                inode.flushed = left;
+            }
             inode.retry = None;
             inode.recovered = false;
             // What is still dirty was written after `started`.
@@ -301,13 +319,14 @@ fn waiting(i: &Inode, policy: &FlushPolicy, now: Instant) -> bool {
     at.checked_add(wait).is_some_and(|t| now < t)
 }
 
-/// Write the snapshot's dirty ranges to the PFS file and fdatasync it.
+/// Write the snapshot's dirty ranges to the PFS file and fdatasync it; with what was
+/// written, the file's version after it (None if it could not be stat'ed).
 fn write_out(
     data: &DataStore,
     pfs: &dyn PfsFiles,
     ino: InodeNo,
     snap: &[Snap],
-) -> StoreResult<Option<FlushStats>> {
+) -> StoreResult<Option<(FlushStats, Option<PfsVersion>)>> {
     let ss = u64::from(pfs.stripe_size(ino)?);
     if ss == 0 {
         return Err(fs(Errno::EINVAL));
@@ -335,7 +354,7 @@ fn write_out(
         stats.bytes += n;
     }
     f.sync_data()?;
-    Ok(Some(stats))
+    Ok(Some((stats, PfsVersion::of_file(&f).ok())))
 }
 
 /// The writes of a flush, in file order (stripe, then offset): each stripe's dirty

@@ -12,7 +12,9 @@
 //!   writes (`begin_write`, write.rs) are bracketed so that a fetch never overwrites
 //!   them and a flush never marks them clean; write-behind (flush.rs) writes dirty
 //!   ranges to the PFS in merged, ordered writes; eviction (evict.rs) deletes clean
-//!   stripes, least recently used first; truncate and delete (truncate.rs) drop state.
+//!   stripes, least recently used first; truncate and delete (truncate.rs) drop state;
+//!   coherence at open (coherence.rs) reports an inode's state to the namespace
+//!   server and drops a copy the PFS changed under.
 //! * The log's appends, group-committed syncs, compaction and repair: logfile.rs.
 //!
 //! Locking: one state mutex (state.rs), held for bookkeeping and for appending to the
@@ -22,6 +24,7 @@
 //! waiting for another's fetch, a write for a fetch's piece being copied under it)
 //! sleep on one condition variable that every change of a running operation signals.
 
+mod coherence;
 mod evict;
 mod fetch;
 mod flush;
@@ -130,9 +133,7 @@ impl CacheStripes {
         v
     }
 
-    /// Whether `ino` has dirty ranges here (coherence at open, docs/cache.md section 7,
-    /// will ask; not named by the request path yet).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Whether `ino` has dirty ranges here.
     pub(crate) fn is_dirty(&self, ino: InodeNo) -> bool {
         self.state().inodes.get(&ino).is_some_and(Inode::is_dirty)
     }

@@ -6,6 +6,7 @@
 //! Offsets here are stripe-relative (`0..stripe_size`), as in the stripe files and the
 //! write-behind log.
 
+use crate::cache::coherence::PfsVersion;
 use crate::cache::ranges::RangeSet;
 use spillway_types::InodeNo;
 use std::collections::{BTreeMap, HashMap};
@@ -93,8 +94,10 @@ pub(super) struct Inode {
     /// A flush, truncate or delete of the inode runs: one at a time, so that a flush
     /// never writes to the PFS bytes that a truncate has cut meanwhile.
     pub owned: bool,
-    /// A truncate or delete runs: no read or write starts on the inode meanwhile.
+    /// A truncate, delete or drop runs: no read or write starts on the inode meanwhile.
     pub blocked: bool,
+    /// The PFS file's version after this server's last write-behind of it.
+    pub flushed: Option<PfsVersion>,
 }
 
 impl Inode {

@@ -828,3 +828,143 @@ fn compaction_keeps_the_dirty_set() {
     r.flush(a);
     assert_eq!(r.pfs_bytes(a), model);
 }
+
+/// The PFS file's version now, as the namespace server would stat it.
+fn pfs_version(r: &Rig, ino: InodeNo) -> crate::cache::coherence::PfsVersion {
+    let f = File::open(r.pfs.path(ino)).unwrap();
+    crate::cache::coherence::PfsVersion::of_file(&f).unwrap()
+}
+
+#[test]
+fn a_flush_keeps_the_version_it_left() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let a = InodeNo(101);
+    r.set_pfs(a, &[1; 1000]);
+    let st = r.c.inode_status(&r.data, a);
+    assert!(!st.cached && !st.dirty && !st.busy && st.flushed.is_none());
+    assert_eq!(r.read(a, 0, 1000), vec![1; 1000]);
+    let st = r.c.inode_status(&r.data, a);
+    assert!(st.cached && !st.dirty && st.flushed.is_none());
+
+    r.write(a, 500, &[2; 1000]);
+    assert!(r.c.inode_status(&r.data, a).dirty);
+    r.flush(a);
+    let st = r.c.inode_status(&r.data, a);
+    assert!(st.cached && !st.dirty);
+    assert_eq!(st.flushed, Some(pfs_version(&r, a)));
+    assert_eq!(st.flushed.unwrap().size, 1500);
+
+    // A change from outside: no longer the version the flush left.
+    std::fs::write(r.pfs.path(a), [3; 1500]).unwrap();
+    assert_ne!(st.flushed, Some(pfs_version(&r, a)));
+
+    // A flush under way is busy.
+    r.write(a, 0, &[4; 10]);
+    let (entered_tx, entered) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *r.pfs.gate.lock().unwrap() = Some((entered_tx, go_rx));
+    std::thread::scope(|s| {
+        let h = s.spawn(|| r.c.flush_inode(&r.data, &r.pfs, a));
+        entered.recv().unwrap();
+        let st = r.c.inode_status(&r.data, a);
+        assert!(st.busy && st.dirty);
+        go.send(()).unwrap();
+        h.join().unwrap().unwrap();
+    });
+    let st = r.c.inode_status(&r.data, a);
+    assert!(!st.busy && !st.dirty);
+    assert_eq!(st.flushed, Some(pfs_version(&r, a)));
+}
+
+#[test]
+fn a_drop_takes_the_clean_copy_and_the_next_read_fetches_anew() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let a = InodeNo(102);
+    let old = Rng(102).bytes(200_000);
+    r.set_pfs(a, &old);
+    assert_eq!(r.read(a, 0, old.len()), old);
+    assert!(!r.stored(a).is_empty());
+    // Changed on the PFS: the cache still shows the old bytes.
+    let new = Rng(103).bytes(150_000);
+    r.set_pfs(a, &new);
+    assert_eq!(r.read(a, 0, 1000), old[..1000]);
+
+    let reads = r.pfs.reads.load(Ordering::SeqCst);
+    assert!(r.c.drop_clean(&r.data, a).unwrap());
+    assert!(r.stored(a).is_empty(), "its stripe files are gone");
+    assert_eq!(r.c.inode_status(&r.data, a), Default::default());
+    let mut want = new.clone();
+    want.resize(old.len(), 0);
+    assert_eq!(r.read(a, 0, old.len()), want);
+    assert!(r.pfs.reads.load(Ordering::SeqCst) > reads, "fetched again");
+    // Nothing of it: a no-op.
+    assert!(r.c.drop_clean(&r.data, InodeNo(999)).unwrap());
+
+    // Stripe files from before a restart, unknown to the state, count and go too.
+    let r = r.restart();
+    let st = r.c.inode_status(&r.data, a);
+    assert!(st.cached && !st.dirty);
+    assert!(r.c.drop_clean(&r.data, a).unwrap());
+    assert!(r.stored(a).is_empty());
+}
+
+#[test]
+fn a_drop_leaves_a_copy_with_dirty_bytes_whole() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let a = InodeNo(103);
+    let old = Rng(104).bytes(200_000);
+    r.set_pfs(a, &old);
+    assert_eq!(r.read(a, 0, old.len()), old);
+    r.write(a, 70_000, &[9; 100]);
+    let mut model = old.clone();
+    put(&mut model, 70_000, &[9; 100]);
+    std::fs::write(r.pfs.path(a), vec![7; 200_000]).unwrap();
+
+    assert!(!r.c.drop_clean(&r.data, a).unwrap(), "kept");
+    let reads = r.pfs.reads.load(Ordering::SeqCst);
+    assert_eq!(
+        r.read(a, 0, model.len()),
+        model,
+        "nothing dropped, clean or dirty"
+    );
+    assert_eq!(r.pfs.reads.load(Ordering::SeqCst), reads);
+    assert!(r.c.is_dirty(a));
+
+    // A write that ends while the drop waits for it makes the copy dirty: kept.
+    let b = InodeNo(104);
+    r.set_pfs(b, &[1; 1000]);
+    assert_eq!(r.read(b, 0, 1000), vec![1; 1000]);
+    let g = r.c.begin_write(b, 0, 10, 5);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| r.c.drop_clean(&r.data, b));
+        // The drop waits for the write under way.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!h.is_finished());
+        let res = r.data.write(b, 0, 10, &[2; 5]);
+        g.finish(&res).unwrap();
+        assert!(!h.join().unwrap().unwrap(), "kept");
+    });
+    let mut want = vec![1; 1000];
+    want[10..15].copy_from_slice(&[2; 5]);
+    assert_eq!(r.read(b, 0, 1000), want);
+}
+
+#[test]
+fn a_drop_waits_for_a_reader_that_was_promised_its_bytes() {
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let a = InodeNo(105);
+    r.set_pfs(a, &[5; 1000]);
+    let g = r.c.prepare_read(&r.data, &r.pfs, a, 0, 0, 1000).unwrap();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| r.c.drop_clean(&r.data, a));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !h.is_finished(),
+            "the pinned stripe is not dropped under its reader"
+        );
+        assert_eq!(r.data.read(a, 0, 0, 1000).unwrap(), vec![5; 1000]);
+        drop(g);
+        assert!(h.join().unwrap().unwrap());
+    });
+    assert!(r.stored(a).is_empty());
+}
