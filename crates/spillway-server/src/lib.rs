@@ -101,6 +101,7 @@ pub fn start_in_process(
     let env = fragment::FragmentEnv {
         tunables: tunables.clone(),
         waker: waker.clone(),
+        open_pfs_dir: stage::pfs::open_cache_dir,
     };
     let registry = Arc::new(Registry::load(&root.join("fragments"), env)?);
     for f in registry.all() {

@@ -13,9 +13,7 @@ use crate::cache::stripes::CacheStripes;
 use crate::cache::{PfsFiles, Resolved};
 use crate::error::{fs, StoreError, StoreResult};
 use crate::fragment::peers::Peers;
-use crate::stage::pfs::Pfs;
 use serde::{Deserialize, Serialize};
-use spillway_types::identity::Identity;
 use spillway_types::{Errno, InodeNo, ServerIndex};
 use spillway_wire::{CacheConfigReq, CacheDropReq, CacheInodeReq, CacheResolveReq, Call};
 use std::collections::{HashMap, HashSet};
@@ -94,30 +92,11 @@ impl CacheConfig {
     }
 }
 
-/// The directory a cache configuration names, opened as its owner beneath one of
-/// this server's PFS roots (the rules of a stage, stage/pfs): a directory the owner
-/// cannot reach is refused, whatever root could.
-fn open_pfs_dir(c: &CacheConfig, roots: &[String]) -> StoreResult<OwnedFd> {
-    let id = match Identity::of_uid(c.uid) {
-        Ok(mut id) => {
-            id.gid = c.gid;
-            id
-        }
-        Err(e) => {
-            tracing::warn!("cache of {}: {e}", c.pfs_dir);
-            return Err(fs(Errno::EPERM));
-        }
-    };
-    let refused = |f: crate::stage::Failure| {
-        tracing::warn!("cache of {}: {}", c.pfs_dir, f.message);
-        fs(Errno(f.errno))
-    };
-    let pfs = Pfs::new(roots, std::slice::from_ref(&c.pfs_dir), id).map_err(refused)?;
-    let dir = pfs
-        .open(&c.pfs_dir, libc::O_RDONLY | libc::O_DIRECTORY, 0)
-        .map_err(refused)?;
-    Ok(OwnedFd::from(dir))
-}
+/// Opens the directory a cache configuration names (`pfs_dir`, as `uid`/`gid`,
+/// beneath one of `roots`). The server hands it down (`FragmentEnv`, lib.rs): the
+/// rules of the PFS are staging's (`stage::pfs`), a layer above fragments.
+pub(crate) type PfsDirOpener =
+    fn(pfs_dir: &str, uid: u32, gid: u32, roots: &[String]) -> StoreResult<OwnedFd>;
 
 /// A cache fragment's state.
 pub(crate) struct CacheState {
@@ -139,11 +118,12 @@ impl CacheState {
         stripe_size: u32,
         count: u16,
         roots: &[String],
+        opener: PfsDirOpener,
     ) -> StoreResult<Option<CacheState>> {
         let Some(config) = CacheConfig::load(&dir.join(CACHE_FILE))? else {
             return Ok(None);
         };
-        Self::start(dir, config, index, stripe_size, count, roots).map(Some)
+        Self::start(dir, config, index, stripe_size, count, roots, opener).map(Some)
     }
 
     /// Make fragment `dir` a cache of `config`'s directory.
@@ -154,9 +134,10 @@ impl CacheState {
         stripe_size: u32,
         count: u16,
         roots: &[String],
+        opener: PfsDirOpener,
     ) -> StoreResult<CacheState> {
         // Checked before anything is written: a refused directory leaves no trace.
-        let state = Self::start(dir, config, index, stripe_size, count, roots)?;
+        let state = Self::start(dir, config, index, stripe_size, count, roots, opener)?;
         state.config.save(dir)?;
         Ok(state)
     }
@@ -168,8 +149,9 @@ impl CacheState {
         stripe_size: u32,
         count: u16,
         roots: &[String],
+        opener: PfsDirOpener,
     ) -> StoreResult<CacheState> {
-        let pfs_dir = open_pfs_dir(&config, roots)?;
+        let pfs_dir = opener(&config.pfs_dir, config.uid, config.gid, roots)?;
         let mount = pfs_dir.try_clone()?;
         let ns = if index == NAMESPACE_SERVER {
             Some(PfsNamespace::open(
@@ -307,6 +289,7 @@ impl super::Fragment {
             self.config.stripe_size,
             self.config.count(),
             &self.pfs_roots,
+            self.open_pfs_dir,
         )?;
         // Two configure requests racing: the second one's state is dropped unused.
         let _ = self.cache.set(state);

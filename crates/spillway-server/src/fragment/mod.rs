@@ -42,6 +42,8 @@ const STRIPES_DIR: &str = "stripes";
 pub(crate) struct FragmentEnv {
     pub tunables: Tunables,
     pub waker: PurgeWaker,
+    /// How a cache's PFS directory is opened (cache.rs, `PfsDirOpener`).
+    pub open_pfs_dir: cache::PfsDirOpener,
 }
 
 /// Counters of a fragment since the server started (beside the data store's).
@@ -74,6 +76,7 @@ pub(crate) struct Fragment {
     pub locks: crate::locks::LockTable,
     /// Set once the fragment is a cache of a PFS directory (cache.rs).
     cache: std::sync::OnceLock<cache::CacheState>,
+    open_pfs_dir: cache::PfsDirOpener,
 }
 
 /// Directory 0700, every file of the fragment's own 0600 (the stripes' buckets and
@@ -159,6 +162,7 @@ impl Fragment {
             config.stripe_size,
             config.count(),
             &t.pfs_roots,
+            env.open_pfs_dir,
         )?;
         let frag = Arc::new(Fragment {
             stats: FragmentStats::default(),
@@ -174,6 +178,7 @@ impl Fragment {
             pfs_roots: env.tunables.pfs_roots.clone(),
             locks: crate::locks::LockTable::default(),
             cache: std::sync::OnceLock::new(),
+            open_pfs_dir: env.open_pfs_dir,
         });
         if let Some(c) = cached {
             let _ = frag.cache.set(c);

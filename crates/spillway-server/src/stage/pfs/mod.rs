@@ -425,3 +425,36 @@ pub(crate) fn unchanged_since(file: &File, st: &PfsStat, src: &str) -> Result<()
 
 #[cfg(test)]
 mod tests;
+
+/// The directory a cache configuration names (docs/cache.md), opened as its owner
+/// (`uid`, with `gid` as primary group) beneath one of this server's PFS roots, by the
+/// rules of a stage: a directory the owner cannot reach is refused, whatever root
+/// could. Handed to the fragments as their `PfsDirOpener` (lib.rs).
+pub(crate) fn open_cache_dir(
+    pfs_dir: &str,
+    uid: u32,
+    gid: u32,
+    roots: &[String],
+) -> crate::error::StoreResult<OwnedFd> {
+    use crate::error::fs;
+    use spillway_types::Errno;
+    let id = match Identity::of_uid(uid) {
+        Ok(mut id) => {
+            id.gid = gid;
+            id
+        }
+        Err(e) => {
+            tracing::warn!("cache of {pfs_dir}: {e}");
+            return Err(fs(Errno::EPERM));
+        }
+    };
+    let refused = |f: Failure| {
+        tracing::warn!("cache of {pfs_dir}: {}", f.message);
+        fs(Errno(f.errno))
+    };
+    let pfs = Pfs::new(roots, &[pfs_dir.to_string()], id).map_err(refused)?;
+    let dir = pfs
+        .open(pfs_dir, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .map_err(refused)?;
+    Ok(OwnedFd::from(dir))
+}
