@@ -68,7 +68,6 @@ PFS="$BENCH_WORK/cache-pfs"
 PFS_CACHED="$PFS/cached" # the cache instance's PFS directory
 PFS_DIRECT="$PFS/direct" # the PFS-direct random writes
 CLUSTER_DIR="$BENCH_WORK/cache-cluster"
-PEERS_HELPER="$SPILLWAY_REPO/bench/peers_table.py"
 BLKIO=/sys/fs/cgroup/blkio
 THROTTLE_FILES=(read_bps write_bps read_iops write_iops)
 
@@ -141,25 +140,6 @@ pfs_read_mib() {
     echo $((s[2] * 512 / 1048576))
 }
 
-# cpu_ticks: utime + stime (all threads) of this run's Spillway processes ("-": none).
-cpu_ticks() {
-    local p
-    read -r -a p <<<"$("$PY" "$PEERS_HELPER" pids tag "$SPILLWAY_RUN_TAG" spillway)"
-    if [[ ${#p[@]} -eq 0 ]]; then
-        echo -
-    else
-        "$PY" "$PEERS_HELPER" ticks "${p[@]}"
-    fi
-}
-
-# cpu_seconds TICKS0 TICKS1 [PER]: CPU seconds between two cpu_ticks, divided by PER.
-cpu_seconds() {
-    if [[ "$1" == - || "$2" == - ]]; then
-        echo -
-    else
-        fmt "$(calc "($2 - $1) / $(getconf CLK_TCK) / (${3:-1})")" 2
-    fi
-}
 
 # elapsed T0: seconds since EPOCHREALTIME T0.
 elapsed() { fmt "$(calc "$EPOCHREALTIME - $1")" 2; }

@@ -143,3 +143,26 @@ with open(path, "w") as f:
         f.write(f"BEGIN;\nINSERT INTO t(id, name, value) VALUES({i}, 'row-{i:08d}', '{'x' * 80}');\nCOMMIT;\n")
 PYEOF
 }
+
+# The Python helper for process lists and CPU ticks (peers_table.py).
+PEERS_HELPER="$SPILLWAY_REPO/bench/peers_table.py"
+
+# cpu_ticks: utime + stime (all threads) of this run's Spillway processes ("-": none).
+cpu_ticks() {
+    local p
+    read -r -a p <<<"$("$PY" "$PEERS_HELPER" pids tag "$SPILLWAY_RUN_TAG" spillway)"
+    if [[ ${#p[@]} -eq 0 ]]; then
+        echo -
+    else
+        "$PY" "$PEERS_HELPER" ticks "${p[@]}"
+    fi
+}
+
+# cpu_seconds TICKS0 TICKS1 [PER]: CPU seconds between two cpu_ticks, divided by PER.
+cpu_seconds() {
+    if [[ "$1" == - || "$2" == - ]]; then
+        echo -
+    else
+        fmt "$(calc "($2 - $1) / $(getconf CLK_TCK) / (${3:-1})")" 2
+    fi
+}

@@ -24,7 +24,6 @@ SIZE="${BENCH_SEQ_SIZE:-2G}"
 WARMUP_SIZE="$SIZE"
 RAW_DIR="$BENCH_WORK/seq-raw"
 CLUSTER_DIR="$BENCH_WORK/seq-cluster"
-PEERS_HELPER="$SPILLWAY_REPO/bench/peers_table.py"
 
 bench_init
 BENCH_REMOVE+=("$RAW_DIR" "$CLUSTER_DIR")
@@ -42,24 +41,10 @@ fio_seq() {
         "$@" >/dev/null
 }
 
-# cpu_ticks: utime + stime (all threads) of this run's Spillway processes ("-": none).
-cpu_ticks() {
-    local p
-    read -r -a p <<<"$("$PY" "$PEERS_HELPER" pids tag "$SPILLWAY_RUN_TAG" spillway)"
-    if [[ ${#p[@]} -eq 0 ]]; then
-        echo -
-    else
-        "$PY" "$PEERS_HELPER" ticks "${p[@]}"
-    fi
-}
 
 # cpu_per_gib TICKS0 TICKS1: CPU seconds per GiB of SIZE written ("-" without daemons).
 cpu_per_gib() {
-    if [[ "$1" == - || "$2" == - ]]; then
-        echo -
-    else
-        fmt "$(calc "($2 - $1) / $(getconf CLK_TCK) / ($SIZE_BYTES / 2**30)")" 2
-    fi
+    cpu_seconds "$1" "$2" "$SIZE_BYTES / 2**30"
 }
 
 # timed_write DIR SIZE JOBS [raw]: one write run after a sync; sets BW (MiB/s) and CPU

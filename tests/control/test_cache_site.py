@@ -7,7 +7,6 @@ teardown writes every dirty byte to the PFS before the instance goes, and refuse
 while it cannot (the PFS remounted read-only): no data is dropped silently."""
 
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -21,13 +20,6 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 
-def _have_loop():
-    if os.geteuid() != 0 or not shutil.which("losetup") or not shutil.which("mkfs.xfs"):
-        return False
-    r = subprocess.run(["losetup", "-f"], capture_output=True, text=True)
-    return r.returncode == 0 and r.stdout.strip().startswith("/dev/loop")
-
-
 @pytest.fixture(scope="module")
 def site(spillway_bin, munged, _local_base):
     with running_site(spillway_bin, _local_base, munged, prefix="cache-", pfs_users=(), servers=2,
@@ -38,7 +30,7 @@ def site(spillway_bin, munged, _local_base):
 @pytest.fixture(scope="module")
 def pfs(site, users):
     """A loop XFS mounted at <site PFS root>/xfs, its root owned by the first test user."""
-    if not _have_loop():
+    if not H.have_loop("mkfs.xfs"):
         pytest.skip("needs root, losetup, mkfs.xfs and a free loop device")
     user = users[0]
     img = tempfile.mktemp(prefix="cachepfs-", suffix=".img", dir=site.base)
@@ -134,6 +126,17 @@ def test_bad_cache_configurations_are_refused(site, pfs, users):
                                  {"instance": i["id"], "access_mode": "ldbal", "type": "cache",
                                   "pfs": pfs})
         assert status == 400, o
+        # A symlink the owner planted inside a PFS root, pointing out of it: the
+        # servers follow links only while they stay beneath the root (openat2
+        # RESOLVE_BENEATH), so it is refused like the directory it names.
+        link = os.path.join(pfs, "to-etc")
+        user.run(os.symlink, "/etc", link)
+        c = site.api("POST", "/dw/v1/configurations",
+                     {"instance": i["id"], "type": "cache", "access_mode": "stripe",
+                      "pfs": link})
+        site.wait(lambda: site.api("GET", f"/dw/v1/configurations/{c['id']}")["state"]
+                  ["fuse_blown"], "configuration refused", timeout=90)
+        assert f"cannot cache {link}" in site.log("manager")
         # Outside the servers' PFS roots: accepted by the manager, refused by every
         # server, and the configuration says why.
         c = site.api("POST", "/dw/v1/configurations",

@@ -351,6 +351,15 @@ class UsersLease:
 # --------------------------------------------------------------------------- processes/mounts
 
 
+def have_loop(mkfs="mkfs.ext4"):
+    """Root, losetup, `mkfs` and a free loop device: what a test of a loop-mounted file
+    system needs (it skips cleanly without them)."""
+    if os.geteuid() != 0 or not shutil.which("losetup") or not shutil.which(mkfs):
+        return False
+    r = subprocess.run(["losetup", "-f"], capture_output=True, text=True)
+    return r.returncode == 0 and r.stdout.strip().startswith("/dev/loop")
+
+
 def mounts_under(path):
     """Mount points at or below path (from /proc/self/mountinfo)."""
     path = os.path.realpath(path)

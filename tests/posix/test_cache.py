@@ -24,18 +24,11 @@ from spwhelpers import MiB, assert_errno, p
 SETTLE = 30.0
 
 
-def _have_loop():
-    if os.geteuid() != 0 or not shutil.which("losetup") or not shutil.which("mkfs.xfs"):
-        return False
-    r = subprocess.run(["losetup", "-f"], capture_output=True, text=True)
-    return r.returncode == 0 and r.stdout.strip().startswith("/dev/loop")
-
-
 @pytest.fixture(scope="module")
 def pfs():
     """A 1 GiB XFS mounted on a fresh directory: the PFS. Its root is 0755 root's, with
     a 1777 `shared/` directory to cache."""
-    if not _have_loop():
+    if not H.have_loop("mkfs.xfs"):
         pytest.skip("needs root, losetup, mkfs.xfs and a free loop device")
     base = tempfile.mkdtemp(prefix=H.BASE_PREFIX + "cachepfs-")
     os.chmod(base, 0o755)
@@ -317,6 +310,27 @@ def test_writes_not_yet_on_the_pfs_win_over_a_change_there(cache):
         time.sleep(0.2)
     assert _logged(c, DROPPED) == dropped + 1
     assert H.read_file(m) == data
+
+
+def test_what_the_servers_keep_of_a_cache_is_root_s_alone(cache):
+    """The cache's own files (cache.json, writeback.log, pfsns.sqlite and its WAL) hold
+    which directory is cached, for whom, and every cached name's file handle: 0600 in
+    0700 directories, like the rest of a fragment."""
+    c, _ = cache
+    H.write_file(p(c.mnt, "modes-probe"), b"x")
+    seen = set()
+    for top, dirs, files in os.walk(os.path.join(c.dir, "servers")):
+        for d in dirs:
+            st = os.lstat(os.path.join(top, d))
+            assert st.st_mode & 0o077 == 0, (os.path.join(top, d), oct(st.st_mode))
+        for f in files:
+            path = os.path.join(top, f)
+            st = os.lstat(path)
+            if f.endswith(".log") and os.path.basename(top) == "logs":
+                continue
+            assert st.st_mode & 0o077 == 0, (path, oct(st.st_mode))
+            seen.add(f)
+    assert {"cache.json", "writeback.log", "pfsns.sqlite"} <= seen, seen
 
 
 def test_kill_9_with_dirty_data_then_restart_loses_nothing(cache):

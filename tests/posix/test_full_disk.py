@@ -32,17 +32,10 @@ GiB = 1 << 30
 QUICK = 10.0
 
 
-def _have_loop():
-    if os.geteuid() != 0 or not shutil.which("losetup") or not shutil.which("mkfs.ext4"):
-        return False
-    r = subprocess.run(["losetup", "-f"], capture_output=True, text=True)
-    return r.returncode == 0 and r.stdout.strip().startswith("/dev/loop")
-
-
 @pytest.fixture(scope="module")
 def loopfs():
     """A 64 MiB ext4 (no reserved blocks) mounted on a fresh directory."""
-    if not _have_loop():
+    if not H.have_loop("mkfs.ext4"):
         pytest.skip("needs root, losetup, mkfs.ext4 and a free loop device")
     base = tempfile.mkdtemp(prefix=H.BASE_PREFIX + "fulldisk-")
     os.chmod(base, 0o755)

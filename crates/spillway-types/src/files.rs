@@ -117,6 +117,57 @@ pub fn precreate_private(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The names in an open directory, without `.` and `..`, sorted bytewise; read from
+/// its start whatever was read through `dir` before (the descriptor is duplicated, and
+/// a duplicate shares the position). `dir` stays open.
+pub fn list_names(dir: &impl std::os::fd::AsRawFd) -> std::io::Result<Vec<Vec<u8>>> {
+    let errno = || std::io::Error::last_os_error();
+    // fdopendir takes the descriptor over: give it a duplicate.
+    // SAFETY: dup of an open descriptor; the result is checked.
+    let fd = unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: fd is a fresh duplicate; on failure it is closed here.
+    let d = unsafe { libc::fdopendir(fd) };
+    if d.is_null() {
+        let e = errno();
+        // SAFETY: fdopendir failed, so fd is still ours to close, once.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    // SAFETY: d is an open DIR*.
+    unsafe { libc::rewinddir(d) };
+    let mut names = Vec::new();
+    let result = loop {
+        // readdir signals the end and errors both with NULL: errno tells them apart.
+        // SAFETY: __errno_location points at this thread's errno.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: d is an open DIR*.
+        let ent = unsafe { libc::readdir64(d) };
+        if ent.is_null() {
+            // SAFETY: reading this thread's errno.
+            let e = unsafe { *libc::__errno_location() };
+            break if e == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::from_raw_os_error(e))
+            };
+        }
+        // SAFETY: d_name is NUL-terminated within the entry, valid until the next
+        // readdir on d.
+        let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
+        if name != b"." && name != b".." {
+            names.push(name.to_vec());
+        }
+    };
+    // SAFETY: d is open; closing it closes the duplicate too.
+    unsafe { libc::closedir(d) };
+    result?;
+    names.sort_unstable();
+    Ok(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@
 use super::{naming, DataStore};
 use crate::error::StoreResult;
 use spillway_types::InodeNo;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Mutex, MutexGuard};
 
@@ -138,7 +138,16 @@ impl DataStore {
     /// Mark every inode with a stripe file here (at start: each is reported once, which
     /// also fills in the homes of fragments made before allocation was tracked).
     pub(crate) fn mark_all_allocs(&self) -> StoreResult<()> {
-        let mut inos = HashSet::new();
+        for ino in self.inodes_on_disk()? {
+            self.allocs.mark(ino);
+        }
+        Ok(())
+    }
+
+    /// Every inode with a stripe file here, listed from the directory (the index is
+    /// looked up by inode).
+    pub(crate) fn inodes_on_disk(&self) -> StoreResult<BTreeSet<InodeNo>> {
+        let mut inos = BTreeSet::new();
         for bucket in std::fs::read_dir(&self.dir)? {
             let bucket = bucket?;
             let bname = bucket.file_name();
@@ -153,10 +162,7 @@ impl DataStore {
                 }
             }
         }
-        for ino in inos {
-            self.allocs.mark(ino);
-        }
-        Ok(())
+        Ok(inos)
     }
 
     /// Bytes of disk the stripes of `ino` occupy here, re-reading what `changed` says.

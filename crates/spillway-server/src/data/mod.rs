@@ -604,21 +604,7 @@ impl DataStore {
     /// index is looked up by inode): eviction takes in, once after a restart, the clean
     /// stripes it did not see being fetched.
     pub(crate) fn stored_stripes(&self) -> StoreResult<Vec<(InodeNo, u64, u64)>> {
-        let mut inos = std::collections::BTreeSet::new();
-        for bucket in std::fs::read_dir(&self.dir)? {
-            let bucket = bucket?;
-            let bname = bucket.file_name();
-            let (Some(bname), Ok(files)) = (bname.to_str(), std::fs::read_dir(bucket.path()))
-            else {
-                continue;
-            };
-            for file in files {
-                let fname = file?.file_name();
-                if let Some((ino, _)) = fname.to_str().and_then(|f| naming::parse(bname, f)) {
-                    inos.insert(ino);
-                }
-            }
-        }
+        let inos = self.inodes_on_disk()?;
         let map = self.map();
         let stripes = inos.into_iter().flat_map(|ino| {
             let s = map.stripes(ino);

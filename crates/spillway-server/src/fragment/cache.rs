@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 pub(super) const CACHE_FILE: &str = "cache.json";
-const NAMESPACE_FILE: &str = "pfsns.sqlite";
+pub(super) const NAMESPACE_FILE: &str = "pfsns.sqlite";
 
 /// The namespace of a cache instance lives on its server 0 alone (docs/cache.md,
 /// "Where a request goes").
@@ -339,25 +339,21 @@ impl super::Fragment {
     /// it keeps unreachable bytes until its write-behind finds the file gone from the
     /// PFS (`PfsFiles::open_write` answers `None`) and drops them.
     fn cache_drop_everywhere(&self, ino: InodeNo) {
-        let req = spillway_wire::DeleteDataReq { ino };
-        let calls: Vec<_> = (0..self.config.count())
-            .map(ServerIndex)
-            .filter(|&s| s != self.index())
-            .filter_map(|s| self.peers.get(s))
-            .map(|ep| ep.start(&req, &[]))
+        let Some(c) = self.cache() else { return };
+        let me = self.index();
+        let all: Vec<ServerIndex> = std::iter::once(me)
+            .chain(
+                (0..self.config.count())
+                    .map(ServerIndex)
+                    .filter(|&s| s != me),
+            )
             .collect();
-        if let Some(c) = self.cache() {
-            let local = c.stripes.delete(&self.data, ino);
-            if let Err(e) = local {
-                tracing::warn!(%ino, "dropping a removed file's cache: {e}");
-            }
+        // Failures are logged by `on_servers`: best effort, as said above.
+        self.on_servers(&all, ino, &spillway_wire::DeleteDataReq { ino }, || {
+            let r = c.stripes.delete(&self.data, ino);
             c.resolver.forget(ino);
-        }
-        for call in calls {
-            if let Err(e) = call.wait() {
-                tracing::warn!(%ino, "dropping a removed file's cache on a peer: {e}");
-            }
-        }
+            r.map(|()| spillway_wire::Empty {})
+        });
     }
 
     /// Cut a cached file's stripes on every server of its layout to `size`, before
@@ -374,22 +370,12 @@ impl super::Fragment {
             stripe_size: a.stripe_size,
         };
         let layout = self.layout(a.ino, a.stripe_size, a.stripe_width);
-        let remote: Vec<ServerIndex> = layout.servers().filter(|&s| s != self.index()).collect();
-        let endpoints = remote
-            .iter()
-            .map(|&s| self.peers.get(s).ok_or(fs(Errno::EIO)))
-            .collect::<StoreResult<Vec<_>>>()?;
-        let calls: Vec<_> = endpoints.iter().map(|ep| ep.start(&req, &[])).collect();
-        let mut first_err = c
-            .stripes
-            .truncate(&self.data, a.ino, size, a.stripe_size)
-            .err();
-        for call in calls {
-            if let Err(e) = call.wait() {
-                first_err.get_or_insert(fs(e));
-            }
-        }
-        first_err.map_or(Ok(()), Err)
+        let results = self.on_servers(&self.with_layout(&layout), a.ino, &req, || {
+            c.stripes
+                .truncate(&self.data, a.ino, size, a.stripe_size)
+                .map(|()| spillway_wire::Empty {})
+        });
+        super::first_error(results)
     }
 
     /// Coherence at open (docs/cache.md section 7; the rule: cache/coherence.rs), on
@@ -491,30 +477,9 @@ impl super::Fragment {
         req: &C,
         here: impl FnOnce() -> StoreResult<C::Reply>,
     ) -> Vec<Option<C::Reply>> {
-        let me = self.index();
-        let calls: Vec<_> = servers
-            .iter()
-            .map(|&s| {
-                (
-                    s,
-                    (s != me).then(|| self.peers.get(s).map(|ep| ep.start(req, &[]))),
-                )
-            })
-            .collect();
-        let mut here = Some(here);
-        calls
+        self.on_servers(servers, ino, req, here)
             .into_iter()
-            .map(|(s, call)| {
-                let r = match call {
-                    None => here.take().map_or(Err(fs(Errno::EIO)), |f| f()),
-                    Some(None) => Err(fs(Errno::EIO)),
-                    Some(Some(call)) => call.wait().map_err(fs),
-                };
-                r.inspect_err(|e| {
-                    tracing::warn!("{} of inode {:#x} on server {}: {e}", C::NAME, ino.0, s.0)
-                })
-                .ok()
-            })
+            .map(Result::ok)
             .collect()
     }
 
@@ -618,22 +583,10 @@ impl super::Fragment {
             scope: flush_scope::HERE,
         };
         let layout = self.layout(ino, a.stripe_size, a.stripe_width);
-        let remote: Vec<ServerIndex> = layout.servers().filter(|&s| s != self.index()).collect();
-        let endpoints = remote
-            .iter()
-            .map(|&s| self.peers.get(s).ok_or(fs(Errno::EIO)))
-            .collect::<StoreResult<Vec<_>>>()?;
-        let calls: Vec<_> = endpoints.iter().map(|ep| ep.start(&req, &[])).collect();
-        let mut first_err = if layout.servers().any(|s| s == self.index()) {
-            here().err()
-        } else {
-            None
-        };
-        for call in calls {
-            if let Err(e) = call.wait() {
-                first_err.get_or_insert(fs(e));
-            }
-        }
-        first_err.map_or(Ok(()), Err)
+        let servers: Vec<ServerIndex> = layout.servers().collect();
+        let results = self.on_servers(&servers, ino, &req, || {
+            here().map(|()| spillway_wire::Empty {})
+        });
+        super::first_error(results)
     }
 }

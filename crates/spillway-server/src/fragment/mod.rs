@@ -92,6 +92,10 @@ fn make_private(dir: &Path) -> std::io::Result<()> {
         "meta.sqlite-wal",
         "meta.sqlite-shm",
         "meta.sqlite-journal",
+        crate::cache::stripes::LOG_NAME,
+        cache::NAMESPACE_FILE,
+        "pfsns.sqlite-wal",
+        "pfsns.sqlite-shm",
     ] {
         private(&dir.join(f))?;
     }
@@ -314,23 +318,56 @@ impl Fragment {
             stripe_size: a.stripe_size,
         };
         let layout = self.layout(a.ino, a.stripe_size, a.stripe_width);
-        let remote: Vec<ServerIndex> = layout.servers().filter(|&s| s != self.index()).collect();
-        let endpoints = remote
-            .iter()
-            .map(|&s| self.peers.get(s).ok_or(fs(Errno::EIO)))
-            .collect::<StoreResult<Vec<_>>>()?;
         // Every server's truncation in flight at once, ours meanwhile.
-        let calls: Vec<_> = endpoints.iter().map(|ep| ep.start(&req, &[])).collect();
-        let local = self.data.truncate(a.ino, size, a.stripe_size);
-        self.report_after_change(a.ino);
-        let mut first_err = local.err();
-        for (call, s) in calls.into_iter().zip(&remote) {
-            if let Err(e) = call.wait() {
-                tracing::warn!(ino = %a.ino, server = %s, "truncating data on peer failed: {e}");
-                first_err.get_or_insert(fs(e));
-            }
-        }
-        first_err.map_or(Ok(()), Err)
+        let results = self.on_servers(&self.with_layout(&layout), a.ino, &req, || {
+            let local = self.data.truncate(a.ino, size, a.stripe_size);
+            self.report_after_change(a.ino);
+            local.map(|()| spillway_wire::Empty {})
+        });
+        first_error(results)
+    }
+
+    /// This server, then every other server of `layout`: where a change to a file's
+    /// stripes is made (this server's part may hold nothing, which costs nothing).
+    fn with_layout(&self, layout: &Layout) -> Vec<ServerIndex> {
+        let me = self.index();
+        std::iter::once(me)
+            .chain(layout.servers().filter(|&s| s != me))
+            .collect()
+    }
+
+    /// `req` (about `ino`) on each of `servers` at once, this server's part through
+    /// `here` while the others work: each outcome, in the order of `servers` (a failure
+    /// logged with the server it came from).
+    fn on_servers<C: spillway_wire::Call>(
+        &self,
+        servers: &[ServerIndex],
+        ino: InodeNo,
+        req: &C,
+        here: impl FnOnce() -> StoreResult<C::Reply>,
+    ) -> Vec<StoreResult<C::Reply>> {
+        let me = self.index();
+        let calls: Vec<_> = servers
+            .iter()
+            .map(|&s| {
+                let call = (s != me).then(|| self.peers.get(s).map(|ep| ep.start(req, &[])));
+                (s, call)
+            })
+            .collect();
+        let mut here = Some(here);
+        calls
+            .into_iter()
+            .map(|(s, call)| {
+                let r = match call {
+                    None => here.take().map_or(Err(fs(Errno::EIO)), |f| f()),
+                    Some(None) => Err(fs(Errno::EIO)),
+                    Some(Some(call)) => call.wait().map_err(fs),
+                };
+                r.inspect_err(|e| {
+                    tracing::warn!("{} of inode {ino} on server {}: {e}", C::NAME, s.0)
+                })
+            })
+            .collect()
     }
 
     fn lock_opens(&self) -> MutexGuard<'_, OpenCounts> {
@@ -461,4 +498,12 @@ fn remove_tree(p: &Path) -> StoreResult<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The first failure of a change made on several servers, or success.
+fn first_error<T>(results: Vec<StoreResult<T>>) -> StoreResult<()> {
+    results
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
 }

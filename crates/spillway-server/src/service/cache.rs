@@ -17,7 +17,7 @@ use spillway_wire::serve::Reply;
 use spillway_wire::{
     AttrReply, BytesReply, CacheDropReply, CacheInodeReply, CacheResolveReply, CacheStatusReply,
     Empty, InsertEntryReply, LookupReply, NamesReply, ReadArenaReply, ReadDirReply,
-    RemoveEntryReply, Request, StatFsReply, StripeInfoReply, WriteReply,
+    RemoveEntryReply, Request, StatFsReply, StripeInfoReply,
 };
 use std::time::Instant;
 
@@ -155,23 +155,13 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
         }),
         // ---- data: the stripe files, cached from and written behind to the PFS
         Request::Write(r, bulk) => {
-            let g = &s.grant;
             let data = bulk.data();
             let len = u32::try_from(data.len()).map_err(|_| fs(Errno::EINVAL))?;
             let guard = c.stripes.begin_write(r.ino, r.stripe, r.offset, len);
-            let mut written =
-                f.data
-                    .write_charged(g, r.grant_epoch, r.charged, r.ino, r.stripe, r.offset, data);
+            let mut written = s.write_stripe(&r, data);
+            // Full: clean stripes make room, and the write is tried once more.
             if is_full(&written) && f.cache_make_room(c, u64::from(len)) {
-                written = f.data.write_charged(
-                    g,
-                    r.grant_epoch,
-                    r.charged,
-                    r.ino,
-                    r.stripe,
-                    r.offset,
-                    data,
-                );
+                written = s.write_stripe(&r, data);
             }
             guard.finish(&written)?;
             let written = written?;
@@ -179,12 +169,7 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 f.data.sync(r.ino)?;
                 c.stripes.sync(r.ino)?;
             }
-            let granted = f.data.refill(g);
-            Reply::of(&WriteReply {
-                written,
-                grant_epoch: g.epoch(),
-                granted,
-            })
+            s.write_reply(written)
         }
         Request::GrantReleaseReq(r) => {
             f.data.release_grant(&s.grant, r.grant_epoch, r.bytes);

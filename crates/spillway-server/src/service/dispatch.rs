@@ -10,7 +10,7 @@ use spillway_types::Errno;
 use spillway_wire::serve::Reply;
 use spillway_wire::{
     AttrReply, BytesReply, Empty, FragmentListReply, LookupReply, NamesReply, ReadArenaReply,
-    ReadDirReply, Request, StatFsReply, StripeInfoReply, WriteReply,
+    ReadDirReply, Request, StatFsReply, StripeInfoReply,
 };
 use std::time::Instant;
 
@@ -117,22 +117,11 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
         }),
         // ---- data
         Request::Write(r, bulk) => {
-            let g = &s.grant;
-            let (epoch, charged) = (r.grant_epoch, r.charged);
-            let data = bulk.data();
-            let written = f
-                .data
-                .write_charged(g, epoch, charged, r.ino, r.stripe, r.offset, data)?;
+            let written = s.write_stripe(&r, bulk.data())?;
             if r.sync {
                 f.data.sync(r.ino)?;
             }
-            // Topped up only on success: an error reply cannot tell the client.
-            let granted = f.data.refill(g);
-            Reply::of(&WriteReply {
-                written,
-                grant_epoch: g.epoch(),
-                granted,
-            })
+            s.write_reply(written)
         }
         Request::GrantReleaseReq(r) => {
             f.data.release_grant(&s.grant, r.grant_epoch, r.bytes);

@@ -5,6 +5,8 @@ use crate::data::GrantAccount;
 use crate::error::StoreResult;
 use crate::fragment::{Fragment, OpenCounts};
 use spillway_types::{Attr, InodeNo};
+use spillway_wire::serve::Reply;
+use spillway_wire::{WriteReply, WriteReq};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub(crate) enum Session {
@@ -53,6 +55,32 @@ impl InstanceSession {
         if taken > 0 {
             self.fragment.release(ino, taken);
         }
+    }
+
+    /// A Write's bytes into their stripe file, charged to this session's space grant.
+    pub(crate) fn write_stripe(&self, r: &WriteReq, data: &[u8]) -> StoreResult<u32> {
+        let g = &self.grant;
+        self.fragment.data.write_charged(
+            g,
+            r.grant_epoch,
+            r.charged,
+            r.ino,
+            r.stripe,
+            r.offset,
+            data,
+        )
+    }
+
+    /// The answer to a Write that stored `written` bytes, with this session's grant
+    /// topped up: only on success, as an error reply cannot tell the client.
+    pub(crate) fn write_reply(&self, written: u32) -> Reply {
+        let g = &self.grant;
+        let granted = self.fragment.data.refill(g);
+        Reply::of(&WriteReply {
+            written,
+            grant_epoch: g.epoch(),
+            granted,
+        })
     }
 
     /// The connection is gone: release everything it held open.

@@ -669,8 +669,7 @@ impl PfsNamespace {
                 return Ok(l.names.clone());
             }
         }
-        let mut names = sys::list_names(fd.try_clone()?)?;
-        names.sort_unstable();
+        let names = spillway_types::files::list_names(fd)?;
         let names = Arc::new(names);
         let mut m = lock(&self.memory);
         m.listings

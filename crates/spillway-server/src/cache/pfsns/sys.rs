@@ -349,39 +349,3 @@ pub(super) fn removexattr_fd(fd: &impl AsRawFd, name: &CStr) -> Result<(), Errno
     })?;
     Ok(())
 }
-
-/// The names in the directory `dir` (opened for reading), without `.` and `..`.
-pub(super) fn list_names(dir: OwnedFd) -> Result<Vec<Vec<u8>>, Errno> {
-    use std::os::fd::IntoRawFd;
-    let fd = dir.into_raw_fd();
-    // SAFETY: fd is ours; fdopendir takes it over on success.
-    let d = unsafe { libc::fdopendir(fd) };
-    if d.is_null() {
-        let e = last_errno();
-        // SAFETY: fdopendir failed, so fd is still ours to close, once.
-        unsafe { libc::close(fd) };
-        return Err(e);
-    }
-    let mut names = Vec::new();
-    let result = loop {
-        // readdir signals the end and an error both with NULL: errno tells them apart.
-        // SAFETY: __errno_location points at this thread's errno.
-        unsafe { *libc::__errno_location() = 0 };
-        // SAFETY: d is an open DIR*.
-        let ent = unsafe { libc::readdir64(d) };
-        if ent.is_null() {
-            // SAFETY: reading this thread's errno.
-            let e = unsafe { *libc::__errno_location() };
-            break if e == 0 { Ok(()) } else { Err(Errno(e)) };
-        }
-        // SAFETY: d_name is NUL-terminated within the entry, valid until the next
-        // readdir on d.
-        let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
-        if name != b"." && name != b".." {
-            names.push(name.to_vec());
-        }
-    };
-    // SAFETY: d is open; closedir closes fd too.
-    unsafe { libc::closedir(d) };
-    result.map(|()| names)
-}

@@ -213,45 +213,5 @@ pub(super) fn read_link_at(dir: &OwnedFd, name: &OsStr, shown: &str) -> Result<V
 
 /// The names in an open directory (without `.` and `..`), sorted.
 pub(super) fn list_names(dir: &OwnedFd) -> Result<Vec<Vec<u8>>, i32> {
-    // fdopendir takes the descriptor over: give it a duplicate.
-    // SAFETY: dup of an open descriptor.
-    let fd = unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // SAFETY: fd is a fresh duplicate; on failure it is closed here.
-    let d = unsafe { libc::fdopendir(fd) };
-    if d.is_null() {
-        let e = errno();
-        // SAFETY: fdopendir failed, so fd is still ours to close, once.
-        unsafe { libc::close(fd) };
-        return Err(e);
-    }
-    let mut names = Vec::new();
-    let result = loop {
-        // readdir signals the end and errors both with NULL: errno tells them apart.
-        // SAFETY: __errno_location points at this thread's errno.
-        unsafe { *libc::__errno_location() = 0 };
-        // SAFETY: d is an open DIR*.
-        let ent = unsafe { libc::readdir64(d) };
-        if ent.is_null() {
-            let e = errno_raw();
-            break if e == 0 { Ok(()) } else { Err(e) };
-        }
-        // SAFETY: d_name is NUL-terminated within the entry.
-        let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
-        if name != b"." && name != b".." {
-            names.push(name.to_vec());
-        }
-    };
-    // SAFETY: d is open; closes fd too.
-    unsafe { libc::closedir(d) };
-    result?;
-    names.sort();
-    Ok(names)
-}
-
-fn errno_raw() -> i32 {
-    // SAFETY: reading this thread's errno.
-    unsafe { *libc::__errno_location() }
+    spillway_types::files::list_names(dir).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
