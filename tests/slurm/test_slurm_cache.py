@@ -1,0 +1,173 @@
+"""A cache instance (docs/cache.md) through Debian's real Slurm 22.05, with each of its
+burst-buffer plugins: `burst_buffer/datawarp` pointed at Spillway's dw_wlm_cli, and
+`burst_buffer/lua` with the shipped slurm/burst_buffer.lua. A local Spillway site
+(manager, 2 servers, an agent for this host) whose servers' `pfs_roots` hold the
+module's PFS directory; jobs submitted with sbatch by an unprivileged user.
+
+The job script has a single `#DW jobdw type=cache access_mode=striped pfs=DIR` line and
+no stage lines. The job checks it got `DW_JOB_STRIPED_CACHE` and `DW_JOB_STRIPED_CACHED`
+(one path), reads a PFS file through the cache, writes a new file, overwrites part of a
+nested PFS file and creates a file in a new nested directory, and ends at once: its
+writes are usually still dirty (younger than write-behind's 5 s) when Slurm tears the
+buffer down, and the teardown writes every dirty byte before the instance goes. Once
+Slurm shows the buffer torn down, the PFS directory holds every byte the job wrote
+(checked against the checksums the job computed), the files are the user's, no other
+name appeared, and the manager holds no session, activation or fragment."""
+
+import hashlib
+import os
+import re
+import socket
+
+import pytest
+
+import slurm as S
+import spwhelpers as H
+from sitehelpers import running_site
+
+pytestmark = pytest.mark.slurm
+
+MiB = 1 << 20
+HOST = socket.gethostname().split(".")[0]
+
+
+@pytest.fixture(scope="module")
+def spw(spillway_bin, munged, _local_base, pfs, users):
+    """The Spillway site; `pfs` is its servers' PFS root (`pfs_roots`), so a cache of a
+    directory below it may be made; the SlurmUser's group are its admins (dw_wlm_cli
+    runs as it)."""
+    with running_site(spillway_bin, _local_base, munged, servers=2, server_capacity="8GiB",
+                      pfs_roots=[pfs], node=HOST, admin_group=S.slurm_user_group()) as s:
+        yield s
+
+
+def datawarp_site(slurm_sites, spw, tools):
+    conf = (f"GetSysState={tools}/dw_wlm_cli\nGetSysStatus={tools}/dwstat\n"
+            "DefaultPool=wlm_pool\nValidateTimeout=5\nOtherTimeout=300\n")
+    return slurm_sites(burst_buffer="datawarp", burst_buffer_conf=conf,
+                       extra_env=(("SPILLWAY_CONFIG", spw.config),))
+
+
+def lua_site(slurm_sites, spw, tools):
+    lua = open(os.path.join(H.REPO, "slurm", "burst_buffer.lua")).read()
+    lua, n = re.subn(r'^local DW_WLM_CLI = ".*"$', f'local DW_WLM_CLI = "{tools}/dw_wlm_cli"', lua,
+                     flags=re.M)
+    assert n == 1
+    lua = re.sub(r'^local DWSTAT = ".*"$', f'local DWSTAT = "{tools}/dwstat"', lua, flags=re.M)
+    conf = open(os.path.join(H.REPO, "slurm", "burst_buffer.conf.lua.example")).read()
+    return slurm_sites(burst_buffer="lua", burst_buffer_conf=conf, lua_script=lua,
+                       extra_env=(("SPILLWAY_CONFIG", spw.config),))
+
+
+def nothing_left(spw, timeout=60):
+    """No session, activation or fragment in the manager, no mount of the site."""
+    def clean():
+        return (spw.api("GET", "/dw/v1/sessions")["sessions"] == [] and
+                spw.api("GET", "/dw/v1/activations")["activations"] == [] and
+                spw.api("GET", "/dw/v1/fragments")["fragments"] == [] and
+                spw.dir not in open("/proc/self/mounts").read())
+    spw.wait(clean, "no session, activation, fragment or mount left", timeout=timeout)
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def user_file(path, data, user):
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chown(path, user.uid, user.gid)
+
+
+def tree(top):
+    """Every name below `top`, relative, sorted."""
+    out = []
+    for root, dirs, files in os.walk(top):
+        out += [os.path.relpath(os.path.join(root, x), top) for x in dirs + files]
+    return sorted(out)
+
+
+def cache_job(base, data, name, pool):
+    """The job script: one jobdw line of type cache over `data`, no stage lines. It
+    prints the checksums of what it read and wrote, and ends without waiting for
+    anything to reach the PFS."""
+    return f"""#!/bin/bash
+#SBATCH -N 1 -o {base}/{name}.out
+#DW jobdw type=cache access_mode=striped pfs={data} capacity=1GiB{pool}
+set -eu
+echo "cache=$DW_JOB_STRIPED_CACHE"
+echo "cached=$DW_JOB_STRIPED_CACHED"
+if [ -z "$DW_JOB_STRIPED_CACHE" ] || [ "$DW_JOB_STRIPED_CACHE" != "$DW_JOB_STRIPED_CACHED" ]; then
+    echo "DW_JOB_STRIPED_CACHE and DW_JOB_STRIPED_CACHED differ"; exit 3
+fi
+C=$DW_JOB_STRIPED_CACHE
+sum() {{ sha256sum "$1" | cut -c1-64; }}
+echo "input=$(sum "$C/input")"
+head -c {7 * MiB + 3} /dev/urandom > "$C/made"
+sum "$C/made" > "$C/made.sha256"
+echo "made=$(cat "$C/made.sha256")"
+# Part of a nested PFS file, read through the cache first, then overwritten in place.
+echo "notes-before=$(sum "$C/sub/notes.bin")"
+dd if=/dev/urandom of="$C/sub/notes.bin" bs=4096 seek=300 count=3 conv=notrunc status=none
+echo "notes=$(sum "$C/sub/notes.bin")"
+mkdir -p "$C/sub/deeper"
+echo "made by job $SLURM_JOB_ID" > "$C/sub/deeper/new.txt"
+echo "new=$(sum "$C/sub/deeper/new.txt")"
+echo done
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("plugin", ["datawarp", "lua"])
+def test_a_cache_job_reads_and_writes_its_pfs_directory_through_slurm(
+        plugin, slurm_sites, spw, pfs, user, tools):
+    site = (datawarp_site if plugin == "datawarp" else lua_site)(slurm_sites, spw, tools)
+    base = os.path.join(pfs, f"cache-{plugin}")
+    data = os.path.join(base, "data")
+    for d in (base, data, os.path.join(data, "sub")):
+        os.mkdir(d)
+        os.chown(d, user.uid, user.gid)
+    inp = os.urandom(5 * MiB + 123)
+    user_file(os.path.join(data, "input"), inp, user)
+    notes = os.urandom(2 * MiB + 7)
+    user_file(os.path.join(data, "sub", "notes.bin"), notes, user)
+
+    # burst_buffer/lua: a capacity= needs a pool= (slurm/burst_buffer.lua's header);
+    # burst_buffer/datawarp takes its DefaultPool.
+    pool = " pool=wlm_pool" if plugin == "lua" else ""
+    job = site.submit(cache_job(base, data, plugin, pool), user.name, cwd=base)
+    rec = site.wait_job(job, timeout=180, burst_buffer_done=True)
+    assert rec["JobState"] == "COMPLETED", (rec, site.log("slurmctld")[-3000:])
+    log = open(os.path.join(base, f"{plugin}.out")).read()
+    out = dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
+    assert log.rstrip().endswith("done"), log
+
+    # The variables: both set, one path, the job's cache mount.
+    assert out["cache"] == out["cached"], log
+    assert re.fullmatch(r"/\S+_striped_cache/?", out["cache"]), log
+    # The input read through the cache is the PFS's.
+    assert out["input"] == sha(inp), log
+    assert out["notes-before"] == sha(notes), log
+
+    # Slurm tore the buffer down: everything the job wrote is on the PFS already.
+    made = H.read_file(os.path.join(data, "made"))
+    assert len(made) == 7 * MiB + 3
+    assert sha(made) == out["made"], log
+    assert H.read_file(os.path.join(data, "made.sha256")).decode().strip() == out["made"]
+    got = H.read_file(os.path.join(data, "sub", "notes.bin"))
+    assert sha(got) == out["notes"], log
+    assert len(got) == len(notes)
+    lo, hi = 300 * 4096, 303 * 4096
+    assert got[:lo] == notes[:lo] and got[hi:] == notes[hi:], "bytes outside the overwrite changed"
+    assert got[lo:hi] != notes[lo:hi]
+    new = H.read_file(os.path.join(data, "sub", "deeper", "new.txt"))
+    assert new == f"made by job {job}\n".encode() and sha(new) == out["new"], log
+    assert H.read_file(os.path.join(data, "input")) == inp
+
+    # Made through the cache: the user's on the PFS; nothing else appeared.
+    for name in ("made", "made.sha256", "sub/notes.bin", "sub/deeper", "sub/deeper/new.txt"):
+        st = os.stat(os.path.join(data, name))
+        assert (st.st_uid, st.st_gid) == (user.uid, user.gid), name
+    assert tree(data) == ["input", "made", "made.sha256", "sub", "sub/deeper",
+                          "sub/deeper/new.txt", "sub/notes.bin"]
+    nothing_left(spw)
