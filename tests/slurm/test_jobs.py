@@ -304,6 +304,54 @@ def test_persistent_instance_created_used_and_destroyed(wlm, site, pfs, user, as
     nothing_left(site)
 
 
+def test_load_balanced_job_and_persistent_instances(site, spillway_bin, pfs, user):
+    """`#DW jobdw access_mode=ldbal` staged in through $DW_JOB_LDBAL and read by the
+    job, which cannot change it (EROFS); a job making a load-balanced persistent
+    instance with `#BB create_persistent access=ldbal`, a second job staging into it
+    through $DW_PERSISTENT_LDBAL_<name> and reading it, a third destroying it."""
+    base = user_dir(pfs, user, "ldbal")
+    files = write_tree(os.path.join(base, "in"), user, n=6)
+    script = f"""#!/bin/bash
+#DW jobdw access_mode=ldbal capacity=1GiB pool=wlm_pool
+#DW stage_in type=directory source={base}/in destination=$DW_JOB_LDBAL/in
+#DW stage_out type=directory source=$DW_JOB_LDBAL/in destination={base}/back
+#BB create_persistent name=ldref capacity=1GiB access=ldbal
+set -u
+echo "ldbal=$DW_JOB_LDBAL"
+(cd $DW_JOB_LDBAL/in && find . -type f | LC_ALL=C sort | xargs sha256sum) > {base}/sums
+if ( echo x > $DW_JOB_LDBAL/in/new ) 2> {base}/write.err; then echo "write allowed"; exit 3; fi
+echo done
+"""
+    r = run_job(site, spillway_bin, user, script, base)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"ldbal=/\S+_ldbal_scratch/", r.stdout), r.stdout
+    import hashlib
+    want = [f"{hashlib.sha256(files[rel]).hexdigest()}  ./{rel}" for rel in sorted(files)]
+    assert open(os.path.join(base, "sums")).read().splitlines() == want
+    assert "Read-only file system" in open(os.path.join(base, "write.err")).read()
+    # What was staged in stages out again (from one replica).
+    for rel, data in files.items():
+        assert open(os.path.join(base, "back", rel), "rb").read() == data, rel
+    confs = site.api("GET", "/dw/v1/configurations")["configurations"]
+    assert [(c["type"], c["access_mode"]) for c in confs] == [("scratch", "ldbal")], confs
+
+    use = f"""#!/bin/bash
+#DW persistentdw name=ldref
+#DW stage_in type=file source={base}/in/d0/f0 destination=$DW_PERSISTENT_LDBAL_ldref/f0
+set -eu
+echo "path=$DW_PERSISTENT_LDBAL_ldref"
+sha256sum $DW_PERSISTENT_LDBAL_ldref/f0 | cut -c1-64
+"""
+    r = run_job(site, spillway_bin, user, use, base)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"path=/\S+/ldref_\S+_ldbal_scratch/", r.stdout), r.stdout
+    assert hashlib.sha256(files["d0/f0"]).hexdigest() in r.stdout, r.stdout
+
+    r = run_job(site, spillway_bin, user, "#!/bin/bash\n#BB destroy_persistent name=ldref\ntrue\n", base)
+    assert r.returncode == 0, r.stdout + r.stderr
+    nothing_left(site)
+
+
 def test_private_access_gives_each_node_its_own_namespace(spillway_bin, munged, _local_base, pfs, user):
     """access_mode=striped,private on two compute nodes (a second agent on this machine):
     DW_JOB_PRIVATE and DW_JOB_STRIPED both set; what the script writes to the private

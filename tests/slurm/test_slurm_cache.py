@@ -43,7 +43,7 @@ def spw(spillway_bin, munged, _local_base, pfs, users):
 
 def datawarp_site(slurm_sites, spw, tools):
     conf = (f"GetSysState={tools}/dw_wlm_cli\nGetSysStatus={tools}/dwstat\n"
-            "DefaultPool=wlm_pool\nValidateTimeout=5\nOtherTimeout=300\n")
+            "Flags=EnablePersistent\nDefaultPool=wlm_pool\nValidateTimeout=5\nOtherTimeout=300\n")
     return slurm_sites(burst_buffer="datawarp", burst_buffer_conf=conf,
                        extra_env=(("SPILLWAY_CONFIG", spw.config),))
 
@@ -171,3 +171,66 @@ def test_a_cache_job_reads_and_writes_its_pfs_directory_through_slurm(
     assert tree(data) == ["input", "made", "made.sha256", "sub", "sub/deeper",
                           "sub/deeper/new.txt", "sub/notes.bin"]
     nothing_left(spw)
+
+
+@pytest.mark.timeout(400)
+def test_a_persistent_cache_made_by_slurm_takes_its_directory_from_the_job_script(
+        slurm_sites, spw, pfs, user, tools):
+    """`#BB create_persistent ... type=cache pfs=DIR` through burst_buffer/datawarp.
+    Slurm's create_persistent passes no directory (spec §1.3): it makes the instance,
+    and the creating job's setup, which gets the script, makes the cache configuration
+    (docs/cache.md, "Persistent cache instances through Slurm"). A second job reads
+    and writes the PFS directory through `$DW_PERSISTENT_STRIPED_CACHE_<name>`; the
+    destroying job's teardown writes what it wrote to the PFS."""
+    site = datawarp_site(slurm_sites, spw, tools)
+    base = os.path.join(pfs, "pcache")
+    data = os.path.join(base, "data")
+    for d in (base, data):
+        os.mkdir(d)
+        os.chown(d, user.uid, user.gid)
+    inp = os.urandom(3 * MiB + 5)
+    user_file(os.path.join(data, "input"), inp, user)
+
+    create = f"""#!/bin/bash
+#SBATCH -N 0 -o {base}/create.out
+#BB create_persistent name=spwpc capacity=1GiB access=striped type=cache pfs={data} read_ahead=4MiB
+"""
+    job = site.submit(create, user.name, cwd=base)
+    rec = site.wait_job(job, timeout=120, burst_buffer_done=True)
+    assert rec["JobState"] == "COMPLETED", (rec, site.log("slurmctld")[-3000:])
+    confs = spw.api("GET", "/dw/v1/configurations")["configurations"]
+    assert [(c["type"], c["access_mode"], c.get("pfs"), c.get("read_ahead")) for c in confs] == \
+        [("cache", "stripe", data, 4 * MiB)], confs
+
+    use = f"""#!/bin/bash
+#SBATCH -N 1 -o {base}/use.out
+#DW persistentdw name=spwpc
+set -eu
+C=$DW_PERSISTENT_STRIPED_CACHE_spwpc
+echo "path=$C"
+echo "input=$(sha256sum "$C/input" | cut -c1-64)"
+head -c {2 * MiB + 9} /dev/urandom > "$C/made"
+echo "made=$(sha256sum "$C/made" | cut -c1-64)"
+echo done
+"""
+    job = site.submit(use, user.name, cwd=base)
+    rec = site.wait_job(job, timeout=180, burst_buffer_done=True)
+    assert rec["JobState"] == "COMPLETED", (rec, site.log("slurmctld")[-3000:])
+    log = open(os.path.join(base, "use.out")).read()
+    out = dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
+    assert log.rstrip().endswith("done"), log
+    assert re.fullmatch(r"/\S+/spwpc_\d+_striped_cache/?", out["path"]), log
+    assert out["input"] == sha(inp), log
+
+    destroy = f"""#!/bin/bash
+#SBATCH -N 0 -o {base}/destroy.out
+#BB destroy_persistent name=spwpc
+"""
+    job = site.submit(destroy, user.name, cwd=base)
+    site.wait_job(job, timeout=180, burst_buffer_done=True)
+    nothing_left(spw, timeout=120)
+    made = H.read_file(os.path.join(data, "made"))
+    assert sha(made) == out["made"] and len(made) == 2 * MiB + 9
+    st = os.stat(os.path.join(data, "made"))
+    assert (st.st_uid, st.st_gid) == (user.uid, user.gid)
+    assert tree(data) == ["input", "made"]

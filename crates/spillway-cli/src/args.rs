@@ -189,6 +189,10 @@ pub struct MountArgs {
     /// mount's `/.spillway-private/<node>`.
     #[arg(long)]
     pub root_dir: Option<String>,
+    /// This compute node's name (default: the host name). A load-balanced instance is
+    /// read from the replica the name picks (docs/placement.md).
+    #[arg(long)]
+    pub node: Option<String>,
 }
 
 // The options of `spillway run` (a plain comment: a doc comment would be help text).

@@ -29,6 +29,9 @@ pub struct MountArgs {
     /// private mount's `/.spillway-private/<node>`), created if missing; None: the
     /// instance's root.
     pub root_dir: Option<String>,
+    /// The compute node's name (`--node`; default: the host name): a load-balanced
+    /// instance is read from the replica this name picks.
+    pub node: Option<String>,
 }
 
 /// Longest a control request to the manager may take (a `wait` asks for up to 10 s).
@@ -48,12 +51,12 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
         Some(c) => Some(Box::new(manager_client(c)?)),
         None => None,
     };
-    let inst = Arc::new(Instance::renewing_from(
-        args.descriptor,
-        &args.origin,
-        &args.tunables,
-        &peer_name,
-    ));
+    let read_only = args.descriptor.ldbal;
+    let node = args.node.clone().unwrap_or_else(|| host.clone());
+    let inst = Arc::new(
+        Instance::renewing_from(args.descriptor, &args.origin, &args.tunables, &peer_name)
+            .reading_as(&node),
+    );
     // Refuse to mount an instance whose servers do not answer (or refuse us): a mount
     // that fails every call later is worse than an error now.
     inst.getattr(ROOT_INODE).map_err(|e| {
@@ -92,7 +95,13 @@ pub fn mount_foreground(args: MountArgs) -> Result<(), String> {
         // Subtype there, and libdatawarp finds mounts by type `fuse.spillway`.
         MountOption::CUSTOM("subtype=spillway".into()),
         MountOption::DefaultPermissions,
-        MountOption::RW,
+        // A load-balanced instance is read-only (docs/cache.md §6): the kernel answers
+        // every change EROFS before it reaches us (the servers refuse them too).
+        if read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
         // Files of an instance are its users': a setuid binary or a device node in it
         // must never give anyone more than the user who put it there had.
         MountOption::NoDev,

@@ -41,6 +41,7 @@ fn write_descriptor(path: &Path, instance: u64, server: SocketAddr, credential: 
         stripe_size: 1 << 20,
         credential,
         cache: false,
+        ldbal: false,
     };
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, d.to_json()).unwrap();

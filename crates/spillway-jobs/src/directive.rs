@@ -96,6 +96,10 @@ pub struct CreatePersistent {
     pub access: AccessModes,
     pub kind: InstanceType,
     pub pool: Option<String>,
+    /// A cache's PFS directory (`pfs=`, required for `type=cache`).
+    pub pfs: Option<String>,
+    /// A cache's policies.
+    pub policy: CachePolicy,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -240,51 +244,7 @@ fn jobdw(args: &[&str]) -> Result<Directive, String> {
     };
     let capacity = capacity(C, p.need(C, "capacity")?)?;
     let pool = p.get("pool").map(|v| pool_name(C, v)).transpose()?;
-    let pfs = p.get("pfs").map(|v| pfs_path(C, "pfs", v)).transpose()?;
-    match kind {
-        InstanceType::Cache => {
-            if access.private {
-                return Err(format!(
-                    "{C}: access_mode=private is not possible on a cache instance (a cache shows one PFS directory, which every node shares); use striped or ldbal"
-                ));
-            }
-            if pfs.is_none() {
-                return Err(format!(
-                    "{C}: type=cache needs pfs=<the PFS directory to cache>"
-                ));
-            }
-        }
-        InstanceType::Scratch => {
-            if pfs.is_some() {
-                return Err(format!(
-                    "{C}: pfs= is for type=cache; a scratch instance is staged with #DW stage_in and stage_out"
-                ));
-            }
-        }
-    }
-    let policy = CachePolicy {
-        modified_threshold: p
-            .get("modified_threshold")
-            .map(|v| {
-                spillway_api::size::parse_size(v)
-                    .map_err(|e| format!("{C}: modified_threshold: {e}"))
-            })
-            .transpose()?,
-        read_ahead: p.get("read_ahead").map(|v| read_ahead(C, v)).transpose()?,
-        sync_on_close: p
-            .get("sync_on_close")
-            .map(|v| yes_no(C, "sync_on_close", v))
-            .transpose()?,
-        sync_to_pfs: p
-            .get("sync_to_pfs")
-            .map(|v| yes_no(C, "sync_to_pfs", v))
-            .transpose()?,
-    };
-    if kind == InstanceType::Scratch && !policy.is_empty() {
-        return Err(format!(
-            "{C}: modified_threshold, read_ahead, sync_on_close and sync_to_pfs are cache policies, for type=cache"
-        ));
-    }
+    let (pfs, policy) = cache_settings(C, &p, kind, access)?;
     let stripe_size = p
         .get("stripe_size")
         .map(|v| stripe_size(C, v))
@@ -299,6 +259,72 @@ fn jobdw(args: &[&str]) -> Result<Directive, String> {
         policy,
     }))
 }
+
+/// The keys of a cache instance (`pfs=` and the policies), for `jobdw` and
+/// `create_persistent` alike: a cache needs its directory and is never private; a
+/// scratch instance takes none of them.
+fn cache_settings(
+    c: &str,
+    p: &Pairs<'_>,
+    kind: InstanceType,
+    access: AccessModes,
+) -> Result<(Option<String>, CachePolicy), String> {
+    let pfs = p.get("pfs").map(|v| pfs_path(c, "pfs", v)).transpose()?;
+    match kind {
+        InstanceType::Cache => {
+            if access.private {
+                return Err(format!(
+                    "{c}: access_mode=private is not possible on a cache instance (a cache shows one PFS directory, which every node shares); use striped or ldbal"
+                ));
+            }
+            if pfs.is_none() {
+                return Err(format!(
+                    "{c}: type=cache needs pfs=<the PFS directory to cache>"
+                ));
+            }
+        }
+        InstanceType::Scratch => {
+            if pfs.is_some() {
+                return Err(format!(
+                    "{c}: pfs= is for type=cache; a scratch instance is staged with #DW stage_in and stage_out"
+                ));
+            }
+        }
+    }
+    let policy = CachePolicy {
+        modified_threshold: p
+            .get("modified_threshold")
+            .map(|v| {
+                spillway_api::size::parse_size(v)
+                    .map_err(|e| format!("{c}: modified_threshold: {e}"))
+            })
+            .transpose()?,
+        read_ahead: p.get("read_ahead").map(|v| read_ahead(c, v)).transpose()?,
+        sync_on_close: p
+            .get("sync_on_close")
+            .map(|v| yes_no(c, "sync_on_close", v))
+            .transpose()?,
+        sync_to_pfs: p
+            .get("sync_to_pfs")
+            .map(|v| yes_no(c, "sync_to_pfs", v))
+            .transpose()?,
+    };
+    if kind == InstanceType::Scratch && !policy.is_empty() {
+        return Err(format!(
+            "{c}: modified_threshold, read_ahead, sync_on_close and sync_to_pfs are cache policies, for type=cache"
+        ));
+    }
+    Ok((pfs, policy))
+}
+
+/// The keys `cache_settings` reads.
+const CACHE_KEYS: [&str; 5] = [
+    "pfs",
+    "modified_threshold",
+    "read_ahead",
+    "sync_on_close",
+    "sync_to_pfs",
+];
 
 fn read_ahead(c: &str, v: &str) -> Result<u64, String> {
     let n = spillway_api::size::parse_size(v).map_err(|e| format!("{c}: read_ahead: {e}"))?;
@@ -367,11 +393,9 @@ fn stage(direction: StageDirection, args: &[&str]) -> Result<Directive, String> 
 
 fn create_persistent(args: &[&str]) -> Result<Directive, String> {
     const C: &str = "create_persistent";
-    let p = Pairs::new(
-        C,
-        args,
-        &["name", "capacity", "access", "access_mode", "type", "pool"],
-    )?;
+    let mut keys = vec!["name", "capacity", "access", "access_mode", "type", "pool"];
+    keys.extend(CACHE_KEYS);
+    let p = Pairs::new(C, args, &keys)?;
     p.no_words(C)?;
     let name = persistent_name(C, p.need(C, "name")?)?;
     let capacity = capacity(C, p.need(C, "capacity")?)?;
@@ -389,11 +413,9 @@ fn create_persistent(args: &[&str]) -> Result<Directive, String> {
         None => InstanceType::Scratch,
         Some(t) => instance_type(C, t)?,
     };
-    if kind == InstanceType::Cache {
-        return Err(format!(
-            "{C}: type=cache needs the PFS directory to cache, which Slurm does not pass on; create a persistent cache instance with dwcli"
-        ));
-    }
+    // Slurm passes none of these keys to create_persistent: setup reads them from
+    // the job script (docs/cache.md, "Persistent cache instances through Slurm").
+    let (pfs, policy) = cache_settings(C, &p, kind, access)?;
     let pool = p.get("pool").map(|v| pool_name(C, v)).transpose()?;
     Ok(Directive::CreatePersistent(CreatePersistent {
         name,
@@ -401,6 +423,8 @@ fn create_persistent(args: &[&str]) -> Result<Directive, String> {
         access,
         kind,
         pool,
+        pfs,
+        policy,
     }))
 }
 
@@ -436,7 +460,8 @@ fn access_modes(c: &str, v: &str) -> Result<AccessModes, String> {
         match m {
             "striped" => a.striped = true,
             "private" => a.private = true,
-            "ldbal" | "loadbalance" => a.ldbal = true,
+            // `ldbalance` is Slurm's spelling, `loadbalance` the DataWarp paper's.
+            "ldbal" | "ldbalance" | "loadbalance" => a.ldbal = true,
             "" => return Err(format!("{c}: empty access mode in {v:?}")),
             other => {
                 return Err(format!(

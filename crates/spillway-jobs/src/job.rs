@@ -11,8 +11,7 @@
 //! commands).
 
 use crate::directive::{
-    self, AccessModes, CreatePersistent, Directive, InstanceType, JobDw, Located, StageDirection,
-    StageKind,
+    self, CreatePersistent, Directive, InstanceType, JobDw, Located, StageDirection, StageKind,
 };
 use crate::error::{ScriptError, ScriptErrors};
 use crate::script;
@@ -122,10 +121,6 @@ fn assemble(located: &[Located], errors: &mut Vec<ScriptError>) -> JobSpec {
                     )));
                     continue;
                 }
-                if let Some(why) = unsupported_jobdw(j) {
-                    errors.push(at(why));
-                    continue;
-                }
                 spec.instance = Some(JobInstance {
                     line: l.line,
                     spec: j.clone(),
@@ -150,8 +145,6 @@ fn assemble(located: &[Located], errors: &mut Vec<ScriptError>) -> JobSpec {
                         "create_persistent name={} is given twice",
                         c.name
                     )));
-                } else if let Some(why) = unsupported_access("create_persistent", c.access) {
-                    errors.push(at(why));
                 } else {
                     spec.create.push(c.clone());
                 }
@@ -191,21 +184,6 @@ fn assemble(located: &[Located], errors: &mut Vec<ScriptError>) -> JobSpec {
         }
     }
     spec
-}
-
-/// What this Spillway cannot provide yet, said plainly rather than accepted and
-/// ignored.
-fn unsupported_jobdw(j: &JobDw) -> Option<String> {
-    unsupported_access("jobdw", j.access)
-}
-
-fn unsupported_access(c: &str, a: AccessModes) -> Option<String> {
-    if a.ldbal {
-        return Some(format!(
-            "{c}: access_mode=ldbal (load-balanced read-only replicas) is not supported yet; use striped"
-        ));
-    }
-    None
 }
 
 fn resolve_stage(
@@ -276,8 +254,29 @@ fn instance_side(spec: &JobSpec, c: &str, key: &str, v: &str) -> Result<Instance
             "{c}: {key}={v:?}: ${var} must be followed by / or nothing"
         ));
     }
-    let target = if var == "DW_JOB_STRIPED" {
+    let target = if var == "DW_JOB_LDBAL" {
         match &spec.instance {
+            Some(i) if i.spec.access.ldbal && i.spec.kind != InstanceType::Cache => {
+                Target::JobStriped
+            }
+            Some(_) => {
+                return Err(format!(
+                    "{c}: {key}={v} names $DW_JOB_LDBAL, but the job instance is not a load-balanced scratch instance (access_mode=ldbal)"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "{c}: {key}={v} names $DW_JOB_LDBAL, but the script has no #DW jobdw line"
+                ))
+            }
+        }
+    } else if var == "DW_JOB_STRIPED" {
+        match &spec.instance {
+            Some(i) if i.spec.access.ldbal && i.spec.kind != InstanceType::Cache => {
+                return Err(format!(
+                    "{c}: {key}={v} names $DW_JOB_STRIPED, but the job instance is load-balanced (access_mode=ldbal): its path is $DW_JOB_LDBAL"
+                ))
+            }
             Some(i) if i.spec.access.private && !i.spec.access.striped => {
                 return Err(format!(
                     "{c}: {key}={v} names $DW_JOB_STRIPED, but the job instance is private only (ask for access_mode=striped,private to stage)"
@@ -296,7 +295,12 @@ fn instance_side(spec: &JobSpec, c: &str, key: &str, v: &str) -> Result<Instance
                 ))
             }
         }
-    } else if let Some(name) = var.strip_prefix("DW_PERSISTENT_STRIPED_") {
+    } else if let Some(name) = var
+        .strip_prefix("DW_PERSISTENT_STRIPED_")
+        .or_else(|| var.strip_prefix("DW_PERSISTENT_LDBAL_"))
+    {
+        // A load-balanced persistent instance's variable is DW_PERSISTENT_LDBAL_<name>
+        // (phases/mounts.rs); either names the instance here.
         if !spec.persistent.iter().any(|n| n == name) {
             return Err(format!(
                 "{c}: {key}={v} names the persistent instance {name:?}, but the script has no #DW persistentdw name={name} line"

@@ -71,6 +71,7 @@ mod tests {
             secret: vec![5; 32],
             private: false,
             cache: false,
+            ldbal: false,
         };
         let hex = credential(&w, "c1", &["10.0.0.7".into()], Duration::from_secs(3600)).unwrap();
         let bytes = spillway_types::descriptor::decode_hex(&hex).unwrap();

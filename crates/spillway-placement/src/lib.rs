@@ -77,6 +77,23 @@ pub fn counter_starting_at_home(home: ServerIndex, n: u16, from: u64) -> u64 {
     c
 }
 
+/// The replica a client node reads a load-balanced (`ldbal`) instance from, of `n`:
+/// FNV-1a of the node's name, mixed, reduced onto the servers. Nodes spread evenly
+/// over the servers, and one node always reads from the same one.
+pub fn replica_of(node: &[u8], n: u16) -> ServerIndex {
+    assert!(n > 0, "an instance has at least one server");
+    ServerIndex(reduce(mix64(fnv1a64(node)), n))
+}
+
+/// The order in which a client node tries the replicas of a load-balanced instance:
+/// its own (`replica_of`) first, then the following servers round the ring, so that
+/// the nodes of a failed server spread over the others by their own first choices'
+/// neighbours rather than all landing on server 0.
+pub fn replica_order(node: &[u8], n: u16) -> Vec<ServerIndex> {
+    let first = replica_of(node, n).0;
+    (0..n).map(|k| ServerIndex((first + k) % n)).collect()
+}
+
 /// How one file's bytes are spread: stripes of `stripe_size` bytes rotating over
 /// `width` consecutive servers (modulo `n`) starting at `start`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +113,19 @@ impl Layout {
             stripe_size: stripe_size.max(4096),
             width: width.clamp(1, n),
             start: reduce(mix64(ino.0), n),
+            servers: n,
+        }
+    }
+
+    /// Every stripe on server `server` of `n`: a load-balanced instance, where each
+    /// server holds a whole replica of each file, seen from the replica read (a
+    /// client) or written (a server staging in).
+    pub fn replica(stripe_size: u32, server: ServerIndex, n: u16) -> Layout {
+        assert!(n > 0 && server.0 < n, "server {server:?} of {n}");
+        Layout {
+            stripe_size: stripe_size.max(4096),
+            width: 1,
+            start: server.0,
             servers: n,
         }
     }
@@ -211,6 +241,38 @@ mod tests {
         assert_eq!(l2.server_of(StripeIndex(2)).0, STRIPE_START_1_5_N3);
     }
 
+    #[test]
+    fn replica_vectors() {
+        let v: Vec<u16> = ["c0", "c3", "nid00003", "nid00006", "x"]
+            .iter()
+            .map(|n| replica_of(n.as_bytes(), 4).0)
+            .collect();
+        assert_eq!(v, REPLICA_VECTOR_4);
+        assert_eq!(replica_of(b"anything", 1), ServerIndex(0));
+        let o = replica_order(b"nid00006", 4);
+        let first = REPLICA_VECTOR_4[3];
+        assert_eq!(
+            o.iter().map(|s| s.0).collect::<Vec<_>>(),
+            (0..4).map(|k| (first + k) % 4).collect::<Vec<_>>()
+        );
+        let l = Layout::replica(1 << 20, ServerIndex(2), 3);
+        assert!((0..10).all(|k| l.server_of(StripeIndex(k)) == ServerIndex(2)));
+        assert_eq!(l.servers().collect::<Vec<_>>(), vec![ServerIndex(2)]);
+    }
+
+    #[test]
+    fn nodes_spread_over_the_replicas() {
+        let n = 4u16;
+        let mut counts = vec![0u32; n as usize];
+        for i in 0..10_000 {
+            counts[replica_of(format!("nid{i:05}").as_bytes(), n).0 as usize] += 1;
+        }
+        for c in counts {
+            assert!((2200..2800).contains(&c), "uneven spread: {c}");
+        }
+    }
+
+    const REPLICA_VECTOR_4: [u16; 5] = [0, 1, 2, 3, 0];
     const DENTRY_VECTOR_ROOT_4: [u16; 6] = [2, 3, 2, 0, 3, 0];
     const DENTRY_HASH_1_A: u64 = 0x9c0b_4f54_7ca2_1095;
     const STRIPE_START_INO1_N4: u16 = 2;

@@ -36,6 +36,42 @@ pub struct Instance {
     servers: Vec<Arc<Endpoint>>,
     /// Shared memory for bulk to servers on this host (clients only).
     arena: Option<Arc<Arena>>,
+    /// A load-balanced instance's client: the replica it reads from (`reading_as`).
+    replicas: Option<Replicas>,
+    /// A load-balanced instance's client: the endpoints its reads go through (quick
+    /// to give up on a dead server, `Endpoint::failing_over`), in server order.
+    replica_eps: Vec<Arc<Endpoint>>,
+}
+
+/// The replicas a client node of a load-balanced instance reads from, in the order it
+/// tries them (`spillway_placement::replica_order`), and the one it reads from now.
+struct Replicas {
+    order: Vec<ServerIndex>,
+    at: std::sync::atomic::AtomicUsize,
+}
+
+impl Replicas {
+    fn current(&self) -> (usize, ServerIndex) {
+        let i = self.at.load(std::sync::atomic::Ordering::Relaxed) % self.order.len();
+        (i, self.order[i])
+    }
+
+    /// Replica `i` failed: go on to the next (unless another read did already).
+    fn failed(&self, i: usize) {
+        let next = (i + 1) % self.order.len();
+        let _ = self.at.compare_exchange(
+            i,
+            next,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
+/// A read answered this may go to another replica: the server could not be reached
+/// (EIO, ETIMEDOUT from the endpoint) or failed reading its disk (EIO).
+fn replica_down(e: Errno) -> bool {
+    e == Errno::EIO || e == Errno::ETIMEDOUT
 }
 
 impl Instance {
@@ -94,45 +130,82 @@ impl Instance {
                 r.map_err(|e| tracing::warn!("no shared-memory bulk (no arena: {e})"))
                     .ok()
             });
+        let endpoint = |addr: &String, reconnect_window: std::time::Duration| {
+            let hello = HelloReq::new(role, desc.instance, credential.to_vec(), peer_name);
+            let ep = Endpoint::new(addr.clone(), hello, tunables.rpc_deadline, reconnect_window);
+            // A peer instance serves one stage, which fails as a whole when a
+            // server is gone: one reconnect window, not one per call.
+            let ep = if role == Role::Peer {
+                ep.giving_up_once_unreachable()
+            } else {
+                ep
+            };
+            let ep = match origin {
+                Some(path) => {
+                    let (path, instance) = (path.to_path_buf(), desc.instance);
+                    ep.with_credential_source(Box::new(move || renewed_credential(&path, instance)))
+                }
+                None => ep,
+            };
+            match &arena {
+                Some(a) => ep.with_arena(a.clone()),
+                None => ep,
+            }
+        };
+        // A load-balanced instance's client reads through endpoints of their own,
+        // which give up on a dead server quickly (another replica has the bytes) while
+        // metadata calls ride out a restart (docs/cache.md §6).
+        let replica_eps = if role == Role::Client && desc.ldbal {
+            desc.servers
+                .iter()
+                .map(|addr| {
+                    Arc::new(
+                        endpoint(addr, tunables.replica_failover)
+                            .failing_over(tunables.replica_rest),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let servers = desc
             .servers
             .iter()
-            .map(|addr| {
-                let hello = HelloReq::new(role, desc.instance, credential.to_vec(), peer_name);
-                let ep = Endpoint::new(
-                    addr.clone(),
-                    hello,
-                    tunables.rpc_deadline,
-                    tunables.reconnect_window,
-                );
-                // A peer instance serves one stage, which fails as a whole when a
-                // server is gone: one reconnect window, not one per call.
-                let ep = if role == Role::Peer {
-                    ep.giving_up_once_unreachable()
-                } else {
-                    ep
-                };
-                let ep = match origin {
-                    Some(path) => {
-                        let (path, instance) = (path.to_path_buf(), desc.instance);
-                        ep.with_credential_source(Box::new(move || {
-                            renewed_credential(&path, instance)
-                        }))
-                    }
-                    None => ep,
-                };
-                let ep = match &arena {
-                    Some(a) => ep.with_arena(a.clone()),
-                    None => ep,
-                };
-                Arc::new(ep)
-            })
+            .map(|addr| Arc::new(endpoint(addr, tunables.reconnect_window)))
             .collect();
         Instance {
             desc,
             servers,
             arena,
+            replicas: None,
+            replica_eps,
         }
+    }
+
+    /// The client of node `node`: of a load-balanced instance it reads every stripe
+    /// from one replica, chosen by the node's name, and goes on to the next when that
+    /// one fails (docs/placement.md, "Load-balanced replicas"). Other instances are
+    /// unchanged.
+    pub fn reading_as(mut self, node: &str) -> Instance {
+        if self.desc.ldbal {
+            let order = spillway_placement::replica_order(node.as_bytes(), self.count());
+            tracing::info!(
+                "load-balanced instance: node {node} reads from server {} ({})",
+                order[0].0,
+                self.desc.servers[usize::from(order[0].0)]
+            );
+            self.replicas = Some(Replicas {
+                order,
+                at: std::sync::atomic::AtomicUsize::new(0),
+            });
+        }
+        self
+    }
+
+    /// The server this client reads a load-balanced instance from now (None: not
+    /// load-balanced, or not a client).
+    pub fn replica(&self) -> Option<ServerIndex> {
+        self.replicas.as_ref().map(|r| r.current().1)
     }
 
     /// The most bytes one slot of the client's arena holds (0: no arena).
@@ -177,8 +250,13 @@ impl Instance {
         self.server(self.dentry_home(parent, name))
     }
 
+    /// Where a file's stripes are read: its placement, or for a load-balanced
+    /// instance's client, all on the replica it reads from now.
     pub fn layout(&self, attr: &Attr) -> Layout {
-        Layout::of(attr.ino, attr.stripe_size, attr.stripe_width, self.count())
+        match &self.replicas {
+            Some(r) => Layout::replica(attr.stripe_size, r.current().1, self.count()),
+            None => Layout::of(attr.ino, attr.stripe_size, attr.stripe_width, self.count()),
+        }
     }
 
     // ---- metadata stubs -------------------------------------------------------------
@@ -529,6 +607,41 @@ impl Instance {
         len: u32,
         size: u64,
     ) -> Result<Payload, Errno> {
+        let Some(r) = &self.replicas else {
+            return self.read_from(&self.servers, layout, ino, offset, len, size);
+        };
+        // A load-balanced instance: from the current replica, then each other in
+        // turn while they fail (reads change nothing, so trying again is safe).
+        let mut last = Errno::EIO;
+        for _ in 0..r.order.len() {
+            let (i, server) = r.current();
+            let layout = Layout::replica(layout.stripe_size, server, self.count());
+            match self.read_from(&self.replica_eps, &layout, ino, offset, len, size) {
+                Err(e) if replica_down(e) => {
+                    tracing::warn!(
+                        "reading inode {ino} from replica {} ({}): {e}; trying the next",
+                        server.0,
+                        self.desc.servers[usize::from(server.0)]
+                    );
+                    r.failed(i);
+                    last = e;
+                }
+                other => return other,
+            }
+        }
+        Err(last)
+    }
+
+    /// Read through `eps` (the instance's endpoints, or its replica endpoints).
+    fn read_from(
+        &self,
+        eps: &[Arc<Endpoint>],
+        layout: &Layout,
+        ino: InodeNo,
+        offset: u64,
+        len: u32,
+        size: u64,
+    ) -> Result<Payload, Errno> {
         let end = offset.saturating_add(u64::from(len)).min(size);
         if end <= offset {
             return Ok(Payload::default());
@@ -536,7 +649,9 @@ impl Instance {
         let pieces = layout.pieces(offset, end - offset);
         let mut calls = Vec::with_capacity(pieces.len());
         for &(stripe, within, n) in &pieces {
-            let ep = self.server(layout.server_of(stripe))?;
+            let ep = eps
+                .get(usize::from(layout.server_of(stripe).0))
+                .ok_or(Errno::ESTALE)?;
             calls.push(ep.start_read(&ReadReq {
                 ino,
                 stripe: stripe.0,
@@ -621,6 +736,7 @@ mod tests {
             stripe_size: 1 << 20,
             credential: encode_hex(credential),
             cache: false,
+            ldbal: false,
         }
         .to_json()
     }

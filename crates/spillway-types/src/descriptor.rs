@@ -22,6 +22,11 @@ pub struct InstanceDescriptor {
     /// its server 0 alone, so every directory entry is that server's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cache: bool,
+    /// A load-balanced instance (docs/cache.md §6): read-only, every server holding
+    /// every file whole; a client reads from one, chosen by its node's name, and goes
+    /// on to the next when that one is down (`spillway_placement::replica_order`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ldbal: bool,
 }
 
 #[derive(Debug)]
@@ -120,6 +125,7 @@ mod tests {
             stripe_size: 8 << 20,
             credential: encode_hex(b"secret"),
             cache: false,
+            ldbal: false,
         }
     }
 

@@ -10,6 +10,7 @@ impl Errno {
     pub const EPERM: Errno = Errno(libc::EPERM);
     pub const ENOENT: Errno = Errno(libc::ENOENT);
     pub const EIO: Errno = Errno(libc::EIO);
+    pub const EROFS: Errno = Errno(libc::EROFS);
     pub const EBADF: Errno = Errno(libc::EBADF);
     pub const EACCES: Errno = Errno(libc::EACCES);
     pub const EEXIST: Errno = Errno(libc::EEXIST);

@@ -27,6 +27,12 @@ pub struct Tunables {
     /// How long a client keeps retrying to reach a server that refuses connections (a
     /// restarting server) before failing the call with EIO.
     pub reconnect_window: Duration,
+    /// Clients of a load-balanced instance: how long a read keeps trying to reach its
+    /// replica before going on to the next one (another replica holds the same bytes,
+    /// so there is no point waiting out a restart), and how long a replica found dead
+    /// is left alone before it is tried again (docs/cache.md §6).
+    pub replica_failover: Duration,
+    pub replica_rest: Duration,
     /// Server threads executing requests (I/O and SQLite both block).
     pub server_workers: usize,
     /// Stripe files a server keeps open at once. The fd limit here is 20,000: never one
@@ -130,6 +136,8 @@ impl Default for Tunables {
         Tunables {
             rpc_deadline: Duration::from_secs(60),
             reconnect_window: Duration::from_secs(30),
+            replica_failover: Duration::from_secs(1),
+            replica_rest: Duration::from_secs(10),
             server_workers: 16,
             fd_cache_size: 4096,
             fuse_threads: 8,
@@ -189,6 +197,8 @@ impl Tunables {
             match k {
                 "rpc_deadline_ms" => self.rpc_deadline = Duration::from_millis(num()?),
                 "reconnect_window_ms" => self.reconnect_window = Duration::from_millis(num()?),
+                "replica_failover_ms" => self.replica_failover = Duration::from_millis(num()?),
+                "replica_rest_ms" => self.replica_rest = Duration::from_millis(num()?),
                 "server_workers" => self.server_workers = (num()? as usize).max(1),
                 "fd_cache_size" => self.fd_cache_size = (num()? as usize).max(16),
                 "fuse_threads" => self.fuse_threads = (num()? as usize).max(1),

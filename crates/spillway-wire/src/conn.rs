@@ -491,6 +491,10 @@ pub struct Endpoint {
     /// every later call fails at once (`unreachable` records that it was).
     give_up: bool,
     unreachable: std::sync::atomic::AtomicBool,
+    /// Set by `failing_over`: for this long after a reconnect window spent in vain,
+    /// every call fails at once; then connecting is tried again.
+    rest: Option<Duration>,
+    down_since: Mutex<Option<Instant>>,
     /// Offered to every connection made (used where the server is on this host).
     arena: Option<Arc<Arena>>,
 }
@@ -517,6 +521,8 @@ impl Endpoint {
             reconnect_window,
             give_up: false,
             unreachable: std::sync::atomic::AtomicBool::new(false),
+            rest: None,
+            down_since: Mutex::new(None),
             arena: None,
         }
     }
@@ -551,8 +557,28 @@ impl Endpoint {
         self
     }
 
+    /// An endpoint for a caller with somewhere else to go (a read of a load-balanced
+    /// instance, which another replica can answer): once a connection could not be
+    /// made within the reconnect window, every call fails at once for `rest`, so
+    /// that the reads queued behind a dead server fail over together instead of each
+    /// waiting a window of its own; after `rest` the server is tried again.
+    pub fn failing_over(mut self, rest: Duration) -> Endpoint {
+        self.rest = Some(rest);
+        self
+    }
+
     fn gave_up(&self) -> bool {
-        self.give_up && self.unreachable.load(std::sync::atomic::Ordering::Relaxed)
+        if self.give_up && self.unreachable.load(std::sync::atomic::Ordering::Relaxed) {
+            return true;
+        }
+        match (self.rest, *self.lock_down()) {
+            (Some(rest), Some(at)) => at.elapsed() < rest,
+            _ => false,
+        }
+    }
+
+    fn lock_down(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.down_since.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Ask `source` for the credential before every connection attempt (the first
@@ -612,6 +638,9 @@ impl Endpoint {
                         tracing::warn!(addr = %self.addr, "server unreachable");
                         self.unreachable
                             .store(true, std::sync::atomic::Ordering::Relaxed);
+                        if self.rest.is_some() {
+                            *self.lock_down() = Some(Instant::now());
+                        }
                         return Err(e);
                     }
                     std::thread::sleep(backoff);
@@ -1045,5 +1074,29 @@ mod tests {
             assert_eq!(ep.call(&ServerStatusReq {}).err(), Some(Errno::EIO));
             assert!(t.elapsed() < window / 2, "waited again: {:?}", t.elapsed());
         }
+    }
+
+    /// An endpoint failing over (a load-balanced read) spends one window on a dead
+    /// server, fails every call at once while the server rests, and tries it again
+    /// afterwards (a restarted replica is used again).
+    #[test]
+    fn an_endpoint_failing_over_rests_a_dead_server_then_tries_again() {
+        let window = Duration::from_millis(300);
+        let rest = Duration::from_millis(900);
+        let ep = dead_server(window).failing_over(rest);
+        let t = Instant::now();
+        assert_eq!(ep.call(&ServerStatusReq {}).err(), Some(Errno::EIO));
+        assert!(t.elapsed() >= window);
+        let t = Instant::now();
+        assert_eq!(ep.call(&ServerStatusReq {}).err(), Some(Errno::EIO));
+        assert!(
+            t.elapsed() < window / 2,
+            "waited while resting: {:?}",
+            t.elapsed()
+        );
+        std::thread::sleep(rest);
+        let t = Instant::now();
+        assert_eq!(ep.call(&ServerStatusReq {}).err(), Some(Errno::EIO));
+        assert!(t.elapsed() >= window, "not tried again after the rest");
     }
 }

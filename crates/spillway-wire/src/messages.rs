@@ -576,6 +576,13 @@ wire_struct!(
 );
 wire_struct!(CacheStatusReq {});
 wire_struct!(
+    /// Peer role only (the manager, proving the instance secret): this fragment holds a
+    /// whole replica of every file of a load-balanced instance (docs/cache.md §6). It
+    /// stages in every stripe, and answers every change a client asks for EROFS.
+    /// Recorded on the fragment's disk; sending it again is a no-op.
+    LdbalConfigReq {}
+);
+wire_struct!(
     /// A PFS file's version as a server saw it (`fstat`): coherence at open compares
     /// them (docs/cache.md section 7).
     PfsVersion { size: u64, mtime: Timespec, ctime: Timespec, ino: u64 }
@@ -1008,6 +1015,7 @@ calls! {
     113 CacheStatusReq -> CacheStatusReply, true;
     114 CacheDropReq -> CacheDropReply, true;
     115 CacheInodeReq -> CacheInodeReply, true;
+    116 LdbalConfigReq -> Empty, true;
 }
 
 impl Call for WriteReq {

@@ -28,6 +28,7 @@ pub fn mount(a: MountArgs, log_level: &str) -> Result<(), String> {
         tunables,
         manager_config,
         root_dir,
+        node,
     } = a;
     // The mount's pid file and log are root's alone, like its descriptor.
     spillway_types::files::private_umask();
@@ -71,6 +72,7 @@ pub fn mount(a: MountArgs, log_level: &str) -> Result<(), String> {
         ready: notify,
         manager,
         root_dir,
+        node,
     });
     if let Err(e) = &result {
         // A detached parent still waiting sees the pipe close and points at

@@ -43,6 +43,7 @@ fn instance() -> Arc<Instance> {
         stripe_size: 1 << 20,
         credential: "00".into(),
         cache: false,
+        ldbal: false,
     };
     Arc::new(Instance::new(
         desc,

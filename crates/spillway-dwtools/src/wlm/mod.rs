@@ -306,7 +306,7 @@ fn create_persistent(api: &ApiClient, call: &Call) -> Result<Outcome, Error> {
     }
     let access = match call.get("-a") {
         None | Some("striped") | Some("stripe") => AccessMode::Stripe,
-        Some("ldbal") | Some("loadbalance") => AccessMode::Ldbal,
+        Some("ldbal") | Some("ldbalance") | Some("loadbalance") => AccessMode::Ldbal,
         Some(a) => {
             return Err(Error(format!(
                 "-a {a:?}: a persistent instance is striped or ldbal"
@@ -318,6 +318,8 @@ fn create_persistent(api: &ApiClient, call: &Call) -> Result<Outcome, Error> {
         Some("cache") => ConfigType::Cache,
         Some(t) => return Err(Error(format!("-T {t:?}: scratch or cache"))),
     };
+    // Slurm passes no PFS directory: a cache's configuration is made at the job's
+    // setup (phases::configure_persistent_caches).
     let p = phases::NewPersistent {
         name,
         owner,
@@ -325,6 +327,8 @@ fn create_persistent(api: &ApiClient, call: &Call) -> Result<Outcome, Error> {
         bytes,
         access,
         kind,
+        pfs: None,
+        policy: Default::default(),
     };
     Ok(Outcome::ok(phases::create_persistent(api, &p)?))
 }

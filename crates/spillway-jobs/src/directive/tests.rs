@@ -165,6 +165,8 @@ fn other_directives() {
             access: AccessModes::STRIPED,
             kind: InstanceType::Scratch,
             pool: None,
+            pfs: None,
+            policy: CachePolicy::default(),
         })
     );
     let Directive::CreatePersistent(c) =
@@ -230,7 +232,19 @@ fn other_refusals() {
     );
     refused(
         "#BB create_persistent name=r capacity=1G type=cache",
-        "dwcli",
+        "type=cache needs pfs=",
+    );
+    refused(
+        "#BB create_persistent name=r capacity=1G pfs=/lus/x",
+        "pfs= is for type=cache",
+    );
+    refused(
+        "#BB create_persistent name=r capacity=1G sync_on_close=yes",
+        "cache policies",
+    );
+    refused(
+        "#BB create_persistent name=r capacity=1G type=cache pfs=lus/x",
+        "pfs",
     );
     refused("#BB destroy_persistent name=r now", "neither");
     refused("#BB destroy_persistent hurry", "missing name=");
@@ -247,4 +261,19 @@ fn other_refusals() {
     refused("#BB create name=x", "unknown directive #BB create");
     refused("#DW", "with no command");
     refused("#DWjobdw capacity=1G", "put a space");
+}
+
+#[test]
+fn a_persistent_cache_names_its_directory_and_policies() {
+    let Directive::CreatePersistent(c) = one(
+        "#BB create_persistent name=ref capacity=1GiB type=cache access=ldbalance pfs=/lus/ref sync_on_close=yes read_ahead=4MiB",
+    )
+    .unwrap() else {
+        panic!("not a create_persistent");
+    };
+    assert_eq!(c.kind, InstanceType::Cache);
+    assert!(c.access.ldbal);
+    assert_eq!(c.pfs.as_deref(), Some("/lus/ref"));
+    assert_eq!(c.policy.sync_on_close, Some(true));
+    assert_eq!(c.policy.read_ahead, Some(4 << 20));
 }

@@ -150,9 +150,19 @@ fn how_directives_fit_together() {
         "is a cache of /lus",
     );
     refused(
-        "#!/bin/sh\n#DW jobdw access_mode=ldbal capacity=1G\n",
+        "#!/bin/sh\n#DW jobdw access_mode=ldbal capacity=1G\n#DW stage_in type=file source=/a destination=$DW_JOB_STRIPED/a\n",
+        3,
+        "its path is $DW_JOB_LDBAL",
+    );
+    refused(
+        "#!/bin/sh\n#DW jobdw capacity=1G\n#DW stage_in type=file source=/a destination=$DW_JOB_LDBAL/a\n",
+        3,
+        "not a load-balanced scratch instance",
+    );
+    refused(
+        "#!/bin/sh\n#DW jobdw access_mode=ldbal,striped capacity=1G\n",
         2,
-        "ldbal",
+        "cannot be combined",
     );
     refused("#!/bin/sh\n#DW jobdw access_mode=private capacity=1G\n#DW stage_in type=file source=/a destination=$DW_JOB_STRIPED/a\n", 3, "private only");
 }
@@ -166,6 +176,23 @@ fn a_cache_job_needs_no_stage_lines() {
     assert_eq!(i.spec.pfs.as_deref(), Some("/lus/proj"));
     assert_eq!(i.spec.policy.sync_on_close, Some(true));
     assert!(j.stage_in.is_empty() && j.stage_out.is_empty());
+}
+
+#[test]
+fn load_balanced_instances_are_staged_through_their_own_variable() {
+    let j = parse(
+        "#!/bin/sh\n#DW jobdw access_mode=ldbal capacity=1G\n#DW stage_in type=directory source=/lus/ref destination=$DW_JOB_LDBAL/ref\n",
+    )
+    .unwrap();
+    assert!(j.instance.as_ref().unwrap().spec.access.ldbal);
+    assert_eq!(j.stage_in[0].instance.target, Target::JobStriped);
+    assert_eq!(j.stage_in[0].instance.path, "/ref");
+    let c = parse("#!/bin/sh\n#DW jobdw type=cache access_mode=ldbal pfs=/lus/ref capacity=1G\n")
+        .unwrap();
+    let i = c.instance.unwrap();
+    assert!(i.spec.access.ldbal && i.spec.kind == InstanceType::Cache);
+    let p = parse("#!/bin/sh\n#BB create_persistent name=ref capacity=1G access=ldbal\n").unwrap();
+    assert!(p.create[0].access.ldbal);
 }
 
 #[test]

@@ -27,7 +27,7 @@ mod teardown;
 
 pub use lookup::{find_session, Job, PersistentUse};
 pub use mounts::{mount_point, paths, post_run, pre_run, MountKind};
-pub use persistent::{create_persistent, NewPersistent};
+pub use persistent::{configure_persistent_caches, create_persistent, NewPersistent};
 pub use setup::{setup, SetupRequest};
 pub use stages::{data_in, data_out};
 pub use teardown::{may_tear_down, teardown, teardown_for, Teardown};

@@ -24,7 +24,63 @@ pub enum MountKind {
     /// The job instance is a cache (docs/cache.md): mounted as DataWarp names it.
     JobStripedCache,
     JobPrivate,
-    Persistent(String),
+    /// The job instance is load-balanced (read-only replicas, docs/cache.md §6).
+    JobLdbal,
+    /// A load-balanced cache.
+    JobLdbalCache,
+    /// A persistent instance, by name, as its configuration makes it.
+    Persistent(String, Flavour),
+}
+
+/// How a persistent instance is used, from its configuration: it decides the
+/// variable's name and the mount point's suffix, as for a job instance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flavour {
+    pub ldbal: bool,
+    pub cache: bool,
+}
+
+impl Flavour {
+    fn of(c: &spillway_api::Configuration) -> Flavour {
+        Flavour {
+            ldbal: c.access_mode == AccessMode::Ldbal,
+            cache: c.kind == spillway_api::ConfigType::Cache,
+        }
+    }
+
+    /// `striped_scratch`, `ldbal_cache`, ...
+    fn suffix(self) -> String {
+        format!(
+            "{}_{}",
+            if self.ldbal { "ldbal" } else { "striped" },
+            if self.cache { "cache" } else { "scratch" }
+        )
+    }
+
+    /// `DW_PERSISTENT_STRIPED_<name>`, `DW_PERSISTENT_LDBAL_<name>`,
+    /// `DW_PERSISTENT_STRIPED_CACHE_<name>`, `DW_PERSISTENT_LDBAL_CACHE_<name>`
+    /// (spec §4: only the first was seen; the others by analogy with the job
+    /// instance's names).
+    fn variable(self, name: &str) -> String {
+        format!(
+            "DW_PERSISTENT_{}{}_{name}",
+            if self.ldbal { "LDBAL" } else { "STRIPED" },
+            if self.cache { "_CACHE" } else { "" }
+        )
+    }
+}
+
+impl MountKind {
+    /// The access mode of the job instance's configuration this mount shows (None:
+    /// a persistent instance's, found by name).
+    fn job_mode(&self) -> Option<AccessMode> {
+        match self {
+            MountKind::JobStriped | MountKind::JobStripedCache => Some(AccessMode::Stripe),
+            MountKind::JobPrivate => Some(AccessMode::Private),
+            MountKind::JobLdbal | MountKind::JobLdbalCache => Some(AccessMode::Ldbal),
+            MountKind::Persistent(..) => None,
+        }
+    }
 }
 
 /// The mount point of one of a job's mounts.
@@ -34,7 +90,9 @@ pub fn mount_point(mount_root: &str, token: &str, kind: &MountKind) -> String {
         MountKind::JobStriped => format!("{root}/batch/{token}_striped_scratch"),
         MountKind::JobStripedCache => format!("{root}/batch/{token}_striped_cache"),
         MountKind::JobPrivate => format!("{root}/batch/{token}_private_scratch"),
-        MountKind::Persistent(name) => format!("{root}/batch/{name}_{token}_striped_scratch"),
+        MountKind::JobLdbal => format!("{root}/batch/{token}_ldbal_scratch"),
+        MountKind::JobLdbalCache => format!("{root}/batch/{token}_ldbal_cache"),
+        MountKind::Persistent(name, f) => format!("{root}/batch/{name}_{token}_{}", f.suffix()),
     }
 }
 
@@ -44,11 +102,26 @@ fn mount_root(api: &ApiClient) -> PhaseResult<String> {
 
 /// The job's mounts and the variable each is given to the job as. A cache instance's
 /// mount is given twice: `DW_JOB_STRIPED_CACHE` (the DWS API's name) and
-/// `DW_JOB_STRIPED_CACHED` (the spelling old scripts use; spec §4).
-fn mounts(spec: &JobSpec) -> Vec<(MountKind, String)> {
+/// `DW_JOB_STRIPED_CACHED` (the spelling old scripts use; spec §4); a load-balanced
+/// one as `DW_JOB_LDBAL_CACHE` and `DW_JOB_LDBAL_CACHED`, a load-balanced scratch
+/// instance as `DW_JOB_LDBAL`.
+/// A persistent instance's flavour comes from `flavour` (its configuration on the
+/// manager).
+fn mounts(
+    spec: &JobSpec,
+    flavour: impl Fn(&str) -> PhaseResult<Flavour>,
+) -> PhaseResult<Vec<(MountKind, String)>> {
     let mut out = Vec::new();
     if let Some(i) = &spec.instance {
-        if i.spec.kind == InstanceType::Cache {
+        if i.spec.access.ldbal {
+            if i.spec.kind == InstanceType::Cache {
+                for var in ["DW_JOB_LDBAL_CACHE", "DW_JOB_LDBAL_CACHED"] {
+                    out.push((MountKind::JobLdbalCache, var.to_string()));
+                }
+            } else {
+                out.push((MountKind::JobLdbal, "DW_JOB_LDBAL".to_string()));
+            }
+        } else if i.spec.kind == InstanceType::Cache {
             for var in ["DW_JOB_STRIPED_CACHE", "DW_JOB_STRIPED_CACHED"] {
                 out.push((MountKind::JobStripedCache, var.to_string()));
             }
@@ -60,12 +133,15 @@ fn mounts(spec: &JobSpec) -> Vec<(MountKind, String)> {
         }
     }
     for name in &spec.persistent {
-        out.push((
-            MountKind::Persistent(name.clone()),
-            format!("DW_PERSISTENT_STRIPED_{name}"),
-        ));
+        let f = flavour(name)?;
+        out.push((MountKind::Persistent(name.clone(), f), f.variable(name)));
     }
-    out
+    Ok(out)
+}
+
+/// The flavour of the persistent instance `name`, from the manager.
+fn flavour_on(api: &ApiClient) -> impl Fn(&str) -> PhaseResult<Flavour> + '_ {
+    |name| Ok(Flavour::of(&PersistentUse::find(api, name)?.configuration))
 }
 
 fn check_token(token: &str) -> PhaseResult<()> {
@@ -85,7 +161,7 @@ fn check_token(token: &str) -> PhaseResult<()> {
 pub fn paths(api: &ApiClient, spec: &JobSpec, token: &str) -> PhaseResult<Vec<(String, String)>> {
     check_token(token)?;
     let root = mount_root(api)?;
-    Ok(mounts(spec)
+    Ok(mounts(spec, flavour_on(api))?
         .into_iter()
         .map(|(kind, var)| (var, format!("{}/", mount_point(&root, token, &kind))))
         .collect())
@@ -132,7 +208,7 @@ pub fn pre_run(
     let existing = activations_of(api, &session)?;
     let mut ids = Vec::new();
     let mut kinds: Vec<MountKind> = Vec::new();
-    for (kind, _) in mounts(spec) {
+    for (kind, _) in mounts(spec, flavour_on(api))? {
         // A cache's mount is given under two names: mounted once.
         if !kinds.contains(&kind) {
             kinds.push(kind);
@@ -140,12 +216,12 @@ pub fn pre_run(
     }
     for kind in kinds {
         let configuration = match &kind {
-            MountKind::JobStriped | MountKind::JobStripedCache | MountKind::JobPrivate => {
-                let mode = if kind != MountKind::JobPrivate {
-                    AccessMode::Stripe
-                } else {
-                    AccessMode::Private
-                };
+            MountKind::JobStriped
+            | MountKind::JobStripedCache
+            | MountKind::JobPrivate
+            | MountKind::JobLdbal
+            | MountKind::JobLdbalCache => {
+                let mode = kind.job_mode().unwrap_or(AccessMode::Stripe);
                 job.configuration(mode).map(|c| c.id).ok_or_else(|| {
                     PhaseError::Failed(format!(
                         "session {} has no {} configuration of its instance (was setup run?)",
@@ -154,7 +230,7 @@ pub fn pre_run(
                     ))
                 })?
             }
-            MountKind::Persistent(name) => PersistentUse::find(api, name)?.configuration.id,
+            MountKind::Persistent(name, _) => PersistentUse::find(api, name)?.configuration.id,
         };
         let mount = mount_point(&root, token, &kind);
         let a = match existing
@@ -242,7 +318,50 @@ mod tests {
     use super::*;
 
     fn vars(script: &str) -> Vec<(MountKind, String)> {
-        mounts(&JobSpec::parse(script.as_bytes()).unwrap())
+        mounts(&JobSpec::parse(script.as_bytes()).unwrap(), |_| {
+            Ok(Flavour::default())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_persistent_instance_is_named_by_its_configuration() {
+        let spec = JobSpec::parse(
+            b"#!/bin/sh\n#DW persistentdw name=a\n#DW persistentdw name=b\n#DW persistentdw name=c\n#DW persistentdw name=d\n",
+        )
+        .unwrap();
+        let got = mounts(&spec, |n| {
+            Ok(Flavour {
+                ldbal: n == "b" || n == "d",
+                cache: n == "c" || n == "d",
+            })
+        })
+        .unwrap();
+        let names: Vec<&str> = got.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "DW_PERSISTENT_STRIPED_a",
+                "DW_PERSISTENT_LDBAL_b",
+                "DW_PERSISTENT_STRIPED_CACHE_c",
+                "DW_PERSISTENT_LDBAL_CACHE_d"
+            ]
+        );
+        let points: Vec<String> = got
+            .iter()
+            .map(|(k, _)| mount_point("/mnt/dw", "42", k))
+            .collect();
+        assert_eq!(
+            points,
+            [
+                "/mnt/dw/batch/a_42_striped_scratch",
+                "/mnt/dw/batch/b_42_ldbal_scratch",
+                "/mnt/dw/batch/c_42_striped_cache",
+                "/mnt/dw/batch/d_42_ldbal_cache"
+            ]
+        );
+        let err = mounts(&spec, |_| Err(PhaseError::Failed("gone".into())));
+        assert!(err.is_err());
     }
 
     #[test]
@@ -264,6 +383,24 @@ mod tests {
         assert_eq!(
             mount_point("/mnt/dw/", "42", &MountKind::JobStripedCache),
             "/mnt/dw/batch/42_striped_cache"
+        );
+        let v = vars("#!/bin/sh\n#DW jobdw access_mode=ldbal capacity=1G\n");
+        assert_eq!(v, vec![(MountKind::JobLdbal, "DW_JOB_LDBAL".to_string())]);
+        let v = vars("#!/bin/sh\n#DW jobdw type=cache access_mode=ldbal pfs=/lus capacity=1G\n");
+        assert_eq!(
+            v,
+            vec![
+                (MountKind::JobLdbalCache, "DW_JOB_LDBAL_CACHE".to_string()),
+                (MountKind::JobLdbalCache, "DW_JOB_LDBAL_CACHED".to_string()),
+            ]
+        );
+        assert_eq!(
+            mount_point("/mnt/dw", "42", &MountKind::JobLdbal),
+            "/mnt/dw/batch/42_ldbal_scratch"
+        );
+        assert_eq!(
+            mount_point("/mnt/dw", "42", &MountKind::JobLdbalCache),
+            "/mnt/dw/batch/42_ldbal_cache"
         );
         let v = vars("#!/bin/sh\n#DW jobdw capacity=1G\n");
         assert_eq!(

@@ -33,6 +33,9 @@ pub struct SetupRequest {
 pub fn setup(api: &ApiClient, spec: &JobSpec, req: &SetupRequest) -> PhaseResult<String> {
     let session = session(api, req)?;
     let mut said = format!("session {} (token {})", session.id, req.token);
+    for line in super::configure_persistent_caches(api, &spec.create, req.owner)? {
+        said.push_str(&format!("; {line}"));
+    }
     let Some(ji) = &spec.instance else {
         return Ok(said);
     };
@@ -57,12 +60,18 @@ pub fn setup(api: &ApiClient, spec: &JobSpec, req: &SetupRequest) -> PhaseResult
     };
     // A configuration per access mode asked for: striped (one namespace), private (one
     // per compute node); both may be asked for at once.
+    // Load-balanced replicas (ldbal) are a configuration of their own: the directive
+    // refuses them with another mode.
     let mut modes = Vec::new();
-    if ji.spec.access.striped || !ji.spec.access.private {
-        modes.push(AccessMode::Stripe);
-    }
-    if ji.spec.access.private {
-        modes.push(AccessMode::Private);
+    if ji.spec.access.ldbal {
+        modes.push(AccessMode::Ldbal);
+    } else {
+        if ji.spec.access.striped || !ji.spec.access.private {
+            modes.push(AccessMode::Stripe);
+        }
+        if ji.spec.access.private {
+            modes.push(AccessMode::Private);
+        }
     }
     let mut confs = Vec::new();
     for mode in modes {

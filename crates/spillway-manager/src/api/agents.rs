@@ -153,6 +153,7 @@ fn describe(w: &MountWork, node: &str, addrs: &[String], lifetime: Duration) -> 
         stripe_size: w.stripe_size,
         credential,
         cache: w.cache,
+        ldbal: w.ldbal,
     };
     AgentMount {
         activation: w.activation,
@@ -198,6 +199,7 @@ mod tests {
             secret: vec![5; 32],
             private,
             cache: false,
+            ldbal: false,
         }
     }
 

@@ -551,12 +551,7 @@ impl Db {
         c: &NewConfiguration,
     ) -> DbResult<Configuration> {
         let cache = cache_policy(c)?;
-        if !matches!(c.access_mode, AccessMode::Stripe | AccessMode::Private) {
-            return Err(DbError::Invalid(format!(
-                "access mode {:?} is not supported yet (supported: stripe, private)",
-                c.access_mode.as_str()
-            )));
-        }
+
         let perms = c.root_permissions.unwrap_or(0o755);
         if perms > 0o7777 {
             return Err(DbError::Invalid(format!(
@@ -585,6 +580,7 @@ impl Db {
             )));
         }
         still_wanted("instance", c.instance, &goal)?;
+        replicas_agree(&tx, c)?;
         let group = c.group.map(i64::from).unwrap_or(root_gid);
         tx.execute(
             "INSERT INTO configurations(instance, type, access_mode, root_permissions, grp, created, goal)
@@ -830,6 +826,29 @@ fn mounts_overlap(a: &str, b: &str) -> bool {
     a[..n] == b[..n]
 }
 
+/// A load-balanced configuration makes every server of its instance hold whole
+/// replicas (docs/cache.md §6), which the other access modes' placement does not
+/// expect: an instance's configurations are all `ldbal` or none is (destroyed ones
+/// count while the manager remembers them: the servers keep holding replicas).
+fn replicas_agree(tx: &rusqlite::Transaction<'_>, c: &NewConfiguration) -> DbResult<()> {
+    let modes: Vec<String> = tx
+        .prepare_cached("SELECT DISTINCT access_mode FROM configurations WHERE instance = ?1")?
+        .query_map([c.instance as i64], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let ldbal = AccessMode::Ldbal.as_str();
+    let want = c.access_mode == AccessMode::Ldbal;
+    match modes.iter().find(|m| (m.as_str() == ldbal) != want) {
+        Some(other) => Err(DbError::Invalid(format!(
+            "instance {} has a configuration of access mode {other:?}: a load-balanced \
+             (ldbal) configuration holds whole replicas on every server and cannot share an \
+             instance with {}",
+            c.instance,
+            if want { "another access mode" } else { "it" }
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A cache configuration's directory and policies, defaults applied (`None` for
 /// scratch); what this manager cannot build yet, refused with the reason.
 pub(super) struct CacheSettings {
@@ -875,11 +894,12 @@ fn cache_policy(c: &NewConfiguration) -> DbResult<Option<CacheSettings>> {
                     crate::echo::quoted(pfs)
                 )));
             }
-            if c.access_mode != AccessMode::Stripe {
-                return Err(DbError::Invalid(format!(
-                    "access mode {:?} is not supported for a cache yet (supported: stripe)",
-                    c.access_mode.as_str()
-                )));
+            if c.access_mode == AccessMode::Private {
+                return Err(DbError::Invalid(
+                    "access mode \"private\" is not possible for a cache: a cache shows one \
+                     PFS directory, which every node shares (use stripe or ldbal)"
+                        .into(),
+                ));
             }
             let ra = c
                 .read_ahead

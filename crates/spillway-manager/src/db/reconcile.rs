@@ -69,6 +69,9 @@ pub struct ConfigWork {
     pub gid: u32,
     /// A cache configuration: what every server is told to cache, for whom.
     pub cache: Option<CacheWork>,
+    /// A load-balanced configuration: every server is told to hold whole replicas
+    /// (`LdbalConfigReq`, docs/cache.md §6) before anything else is applied.
+    pub ldbal: bool,
 }
 
 /// The `CacheConfigReq` of a cache configuration.
@@ -99,6 +102,8 @@ pub struct MountWork {
     pub private: bool,
     /// The configuration is a cache (its namespace is a PFS directory's).
     pub cache: bool,
+    /// The configuration is load-balanced (read-only replicas, docs/cache.md §6).
+    pub ldbal: bool,
 }
 
 impl Db {
@@ -248,12 +253,12 @@ impl Db {
     }
 
     pub fn config_work(&self) -> DbResult<Vec<ConfigWork>> {
-        type Row = (u64, u64, Vec<u8>, u32, u32, Option<CacheWork>);
+        type Row = (u64, u64, Vec<u8>, u32, u32, Option<CacheWork>, bool);
         let rows: Vec<Row> = {
             let mut st = self.conn().prepare_cached(
                 "SELECT c.id, c.instance, i.secret, c.root_permissions, c.grp,
                         k.pfs, s.owner, k.modified_threshold, k.read_ahead, k.sync_on_close,
-                        k.sync_to_pfs
+                        k.sync_to_pfs, c.access_mode
                  FROM configurations c JOIN instances i ON i.id = c.instance
                  JOIN sessions s ON s.id = i.session
                  LEFT JOIN cache_configs k ON k.configuration = c.id
@@ -280,23 +285,27 @@ impl Db {
                         r.get::<_, i64>(3)? as u32,
                         r.get::<_, i64>(4)? as u32,
                         cache,
+                        r.get::<_, String>(11)? == AccessMode::Ldbal.as_str(),
                     ))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             rows
         };
         rows.into_iter()
-            .map(|(configuration, instance, secret, mode, gid, cache)| {
-                Ok(ConfigWork {
-                    configuration,
-                    instance,
-                    peers: self.peers(instance)?,
-                    secret,
-                    mode,
-                    gid,
-                    cache,
-                })
-            })
+            .map(
+                |(configuration, instance, secret, mode, gid, cache, ldbal)| {
+                    Ok(ConfigWork {
+                        configuration,
+                        instance,
+                        peers: self.peers(instance)?,
+                        secret,
+                        mode,
+                        gid,
+                        cache,
+                        ldbal,
+                    })
+                },
+            )
             .collect()
     }
 
@@ -476,6 +485,7 @@ impl Db {
                             secret: r.get(6)?,
                             private: r.get::<_, String>(8)? == AccessMode::Private.as_str(),
                             cache: r.get::<_, String>(9)? == ConfigType::Cache.as_str(),
+                            ldbal: r.get::<_, String>(8)? == AccessMode::Ldbal.as_str(),
                         },
                         r.get::<_, bool>(7)?,
                     ))

@@ -6,8 +6,8 @@
 use crate::db::{CacheWork, CallError, ConfigWork, FragmentWork};
 use spillway_types::{Errno, Timespec, ROOT_INODE};
 use spillway_wire::{
-    setattr, CacheConfigReq, Endpoint, FragmentCreateReq, FragmentDestroyReq, HelloReq, Role,
-    ServerStatusReq, SetAttrReq,
+    setattr, CacheConfigReq, Endpoint, FragmentCreateReq, FragmentDestroyReq, HelloReq,
+    LdbalConfigReq, Role, ServerStatusReq, SetAttrReq,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,6 +136,9 @@ impl Servers {
     /// Set the instance root's mode and group, through the root's home server, as a
     /// peer of the instance.
     pub fn apply_config(&self, w: &ConfigWork) -> Result<(), CallError> {
+        if w.ldbal {
+            self.apply_ldbal(w)?;
+        }
         if let Some(c) = &w.cache {
             return self.apply_cache(w, c);
         }
@@ -167,6 +170,30 @@ impl Servers {
 }
 
 impl Servers {
+    /// A load-balanced configuration: every server of the instance is told to hold
+    /// whole replicas (docs/cache.md §6), before a cache is configured or anything is
+    /// staged in. A server holding files already refuses (EEXIST): they were placed
+    /// for another access mode and would read as holes from the other replicas.
+    fn apply_ldbal(&self, w: &ConfigWork) -> Result<(), CallError> {
+        for addr in &w.peers {
+            let ep = Endpoint::new(
+                addr.clone(),
+                hello(Role::Peer, w.instance, w.secret.clone()),
+                self.deadline,
+                Duration::ZERO,
+            );
+            ep.call(&LdbalConfigReq {}).map_err(|e| match e {
+                Errno::EEXIST => CallError::Refused(format!(
+                    "{addr} cannot hold load-balanced replicas of instance {}: it holds \
+                     files already (an ldbal configuration needs an empty instance)",
+                    w.instance
+                )),
+                e => describe(e),
+            })?;
+        }
+        Ok(())
+    }
+
     /// A cache configuration: every server of the instance is told which PFS directory
     /// it caches, for whom (docs/cache.md). The root's attributes are the directory's
     /// own, so the configuration's mode and group are not applied.

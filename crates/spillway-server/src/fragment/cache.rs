@@ -392,7 +392,7 @@ impl super::Fragment {
             return Ok(());
         }
         let layout = self.layout(ino, seen.stripe_size, seen.stripe_width);
-        let servers: Vec<ServerIndex> = layout.servers().collect();
+        let servers = self.data_servers(&layout);
         let statuses: Vec<Option<InodeStatus>> = self
             .cache_on_servers(&servers, ino, &CacheInodeReq { ino }, || {
                 Ok(c.stripes.inode_status(&self.data, ino).into())
@@ -583,7 +583,7 @@ impl super::Fragment {
             scope: flush_scope::HERE,
         };
         let layout = self.layout(ino, a.stripe_size, a.stripe_width);
-        let servers: Vec<ServerIndex> = layout.servers().collect();
+        let servers = self.data_servers(&layout);
         let results = self.on_servers(&servers, ino, &req, || {
             here().map(|()| spillway_wire::Empty {})
         });

@@ -14,6 +14,7 @@ pub(crate) mod config;
 mod opens;
 mod peers;
 pub(crate) mod purge_bell;
+pub(crate) mod replicas;
 
 pub(crate) use opens::OpenCounts;
 
@@ -77,6 +78,8 @@ pub(crate) struct Fragment {
     /// Set once the fragment is a cache of a PFS directory (cache.rs).
     cache: std::sync::OnceLock<cache::CacheState>,
     open_pfs_dir: cache::PfsDirOpener,
+    /// Set once the fragment holds whole replicas (replicas.rs).
+    ldbal: AtomicBool,
 }
 
 /// Directory 0700, every file of the fragment's own 0600 (the stripes' buckets and
@@ -94,6 +97,7 @@ fn make_private(dir: &Path) -> std::io::Result<()> {
         "meta.sqlite-journal",
         crate::cache::stripes::LOG_NAME,
         cache::NAMESPACE_FILE,
+        replicas::LDBAL_FILE,
         "pfsns.sqlite-wal",
         "pfsns.sqlite-shm",
     ] {
@@ -183,6 +187,7 @@ impl Fragment {
             locks: crate::locks::LockTable::default(),
             cache: std::sync::OnceLock::new(),
             open_pfs_dir: env.open_pfs_dir,
+            ldbal: AtomicBool::new(replicas::marked(dir)),
         });
         if let Some(c) = cached {
             let _ = frag.cache.set(c);
@@ -277,8 +282,10 @@ impl Fragment {
         })
     }
 
+    /// A file's layout as this server stores it (every stripe its own in a
+    /// load-balanced instance: replicas.rs).
     fn layout(&self, ino: InodeNo, stripe_size: u32, stripe_width: u16) -> Layout {
-        Layout::of(ino, stripe_size, stripe_width, self.config.count())
+        self.stripes_layout(ino, stripe_size, stripe_width)
     }
 
     /// SetAttr. A size change on a regular file first cuts the data on every server of
@@ -332,7 +339,7 @@ impl Fragment {
     fn with_layout(&self, layout: &Layout) -> Vec<ServerIndex> {
         let me = self.index();
         std::iter::once(me)
-            .chain(layout.servers().filter(|&s| s != me))
+            .chain(self.data_servers(layout).into_iter().filter(|&s| s != me))
             .collect()
     }
 

@@ -275,6 +275,9 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
         | Request::CacheInodeReq(_)
         | Request::CacheDropReq(_) => return Err(fs(Errno::EPERM)),
         Request::CacheFlushReq(r) => f.cache_flush(c, r.ino, r.scope).map(|()| empty())?,
+        // Made load-balanced before it became a cache, or never (replicas.rs).
+        Request::LdbalConfigReq(_) if s.peer => f.configure_ldbal().map(|()| empty())?,
+        Request::LdbalConfigReq(_) => return Err(fs(Errno::EPERM)),
         Request::CacheStatusReq(_) => Reply::of(&CacheStatusReply {
             dirty_bytes: c.stripes.dirty_bytes(),
             dirty_files: c.stripes.dirty_inodes().len() as u64,

@@ -40,6 +40,10 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
     if f.is_closed() {
         return Err(fs(Errno::ESTALE));
     }
+    // A load-balanced instance's clients read only (service/readonly.rs).
+    if f.ldbal() && !s.peer && crate::service::readonly::changes(&req) {
+        return Err(fs(Errno::EROFS));
+    }
     if let Some(c) = f.cache() {
         return crate::service::cache::instance(s, c, req);
     }
@@ -180,6 +184,8 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
         // ---- cache instances (service/cache.rs once configured)
         Request::CacheConfigReq(r) if s.peer => f.configure_cache(&r).map(|()| empty())?,
         Request::CacheConfigReq(_) => return Err(fs(Errno::EPERM)),
+        Request::LdbalConfigReq(_) if s.peer => f.configure_ldbal().map(|()| empty())?,
+        Request::LdbalConfigReq(_) => return Err(fs(Errno::EPERM)),
         // Not a cache: nothing to resolve, flush, check or drop.
         Request::CacheResolveReq(_)
         | Request::CacheFlushReq(_)

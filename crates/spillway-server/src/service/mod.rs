@@ -11,6 +11,7 @@ mod cache;
 mod convert;
 mod dispatch;
 mod metadata;
+mod readonly;
 mod session;
 
 use crate::auth::ct_eq;

@@ -65,7 +65,8 @@ pub(crate) fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStr
     if r.stripe_size == 0 || !r.stripe_size.is_multiple_of(4096) || r.from > r.to {
         return Err(fs(Errno::EINVAL));
     }
-    let layout = Layout::of(r.ino, r.stripe_size, r.stripe_width, f.config.count());
+    // Every stripe is ours in a load-balanced instance (fragment/replicas.rs).
+    let layout = f.stripes_layout(r.ino, r.stripe_size, r.stripe_width);
     let pieces = my_pieces(&layout, f.index().0, r.size, r.from, r.to);
     if pieces.is_empty() {
         return Ok(StageStripesReply { bytes: 0 });

@@ -21,7 +21,7 @@ use super::Failure;
 use crate::error::{fs, StoreResult};
 use crate::fragment::Fragment;
 use crate::meta::{AttrChange, NewNode};
-use spillway_placement::{dentry_server, Layout};
+use spillway_placement::dentry_server;
 use spillway_types::identity::Identity;
 use spillway_types::tunables::MAX_STAGE_BATCH_FILES;
 use spillway_types::{Attr, Errno, FileKind, StripeIndex};
@@ -83,8 +83,15 @@ fn store_failure(e: crate::error::StoreError, shown: &str, doing: &str) -> Failu
 }
 
 fn first_stripe_here(f: &Fragment, a: &Attr) -> bool {
-    Layout::of(a.ino, a.stripe_size, a.stripe_width, f.config.count()).server_of(StripeIndex(0))
+    f.stripes_layout(a.ino, a.stripe_size, a.stripe_width)
+        .server_of(StripeIndex(0))
         == f.index()
+}
+
+/// Whether this server may stage a small file in alone: not in a load-balanced
+/// instance, where every server must hold it (the coordinator's long way).
+fn stage_in_alone(f: &Fragment, a: &Attr) -> bool {
+    !f.ldbal() && first_stripe_here(f, a)
 }
 
 /// PFS → instance. In phases, so that the owner's identity is taken on once and the
@@ -179,7 +186,7 @@ fn batch_in(f: &Fragment, pfs: &Pfs, id: &Identity, specs: &[StageFileSpec]) -> 
                 continue;
             }
         };
-        if !first_stripe_here(f, &attr) {
+        if !stage_in_alone(f, &attr) {
             // A new inode always qualifies (placement.md); an old instance's may not.
             out[i] = Some(Ok(None));
             continue;
@@ -246,7 +253,7 @@ fn replaceable(
         return Ok(None);
     };
     if a.kind != FileKind::Regular
-        || !first_stripe_here(f, &a)
+        || !stage_in_alone(f, &a)
         || a.size > u64::from(a.stripe_size)
         || st.size > u64::from(a.stripe_size)
     {

@@ -228,6 +228,7 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
                 // Minted below, once the servers' addresses are settled.
                 credential: String::new(),
                 cache: st.cache_pfs.is_some(),
+                ldbal: false,
             };
             (st, desc, secret)
         }

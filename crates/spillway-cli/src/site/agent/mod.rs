@@ -147,6 +147,8 @@ impl Agent {
         if let Some(r) = &m.root_dir {
             cmd.arg("--root-dir").arg(r);
         }
+        // The replica a load-balanced instance is read from is chosen by this name.
+        cmd.arg("--node").arg(&self.cfg.node);
         cmd.arg("--manager-config")
             .arg(self.write_manager_config()?);
         let out = cmd.arg(mnt).output().map_err(|e| e.to_string())?;

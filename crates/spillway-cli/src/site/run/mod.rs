@@ -169,14 +169,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         for c in &spec.create {
             step(&format!("create persistent {}", c.name));
             let t = Instant::now();
-            let p = phases::NewPersistent {
-                name: c.name.clone(),
-                owner: user.uid,
-                pool: c.pool.clone(),
-                bytes: c.capacity,
-                access: spillway_api::AccessMode::Stripe,
-                kind: spillway_api::ConfigType::Scratch,
-            };
+            let p = phases::NewPersistent::of(c, user.uid);
             say!(
                 "    {} {}",
                 retry::phase("create persistent", || phases::create_persistent(&api, &p))

@@ -127,7 +127,9 @@ impl Db {
         Ok((limit - running, nodes))
     }
 
-    /// The queued stages to start now: instances whose fragments are all built, fewer
+    /// The queued stages to start now: instances whose fragments are all built (and
+    /// told to hold replicas, if a configuration is load-balanced: a file staged in
+    /// before would be on one server only), fewer
     /// stages running than their concurrency, oldest stage first; the coordinator is
     /// one of the instance's online servers, spread by stage id.
     pub fn stage_start_work(&self, default_concurrency: u32) -> DbResult<Vec<StartWork>> {
@@ -137,6 +139,8 @@ impl Db {
                    AND EXISTS (SELECT 1 FROM fragments f WHERE f.instance = s.instance)
                    AND NOT EXISTS (SELECT 1 FROM fragments f WHERE f.instance = s.instance
                                    AND (f.goal <> 'create' OR f.actualized = 0))
+                   AND NOT EXISTS (SELECT 1 FROM configurations c WHERE c.instance = s.instance
+                                   AND c.access_mode = 'ldbal' AND c.actualized = 0)
                  ORDER BY s.id",
                 StagedPaths::COLS
             ))?;

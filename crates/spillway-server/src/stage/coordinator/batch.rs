@@ -66,6 +66,10 @@ impl Ctx<'_> {
             return None;
         };
         if self.inbound() {
+            // Every server of a load-balanced instance copies each file (ranges.rs).
+            if self.ldbal {
+                return None;
+            }
             let parent = self.parent_dir(dst).ok()?;
             if size.is_some_and(|n| parent.stripe_size != 0 && n > u64::from(parent.stripe_size)) {
                 return None;

@@ -118,6 +118,8 @@ struct Ctx<'a> {
     /// Rung when a file joins `unsynced`, or when the workers are done.
     copied: Condvar,
     workers_done: AtomicBool,
+    /// The instance is load-balanced: every server holds every stripe (ranges.rs).
+    ldbal: bool,
 }
 
 /// The errno of a file the stage's termination stopped (not reported as failed).
@@ -180,6 +182,7 @@ fn execute(
         credential: String::new(),
         // Stages run on scratch instances only (a cache instance refuses them).
         cache: false,
+        ldbal: frag.ldbal(),
     };
     let inst = Instance::peer(
         desc,
@@ -200,6 +203,7 @@ fn execute(
         unsynced: Mutex::new(Vec::new()),
         copied: Condvar::new(),
         workers_done: AtomicBool::new(false),
+        ldbal: frag.ldbal(),
         temps: Mutex::new(HashSet::new()),
         next_temp: AtomicU64::new(0),
         journal,

@@ -5,7 +5,7 @@
 use super::{Ctx, CANCELLED};
 use crate::stage::copy::my_pieces;
 use crate::stage::{ns, Failure};
-use spillway_types::{Attr, Errno};
+use spillway_types::{Attr, Errno, ServerIndex};
 use spillway_wire::{PendingCall, StageDir, StageStripesReq};
 use std::collections::VecDeque;
 
@@ -24,10 +24,18 @@ impl Ctx<'_> {
         let layout = self.inst.layout(a);
         let ss = u64::from(layout.stripe_size);
         let range = self.t.stage_range.div_ceil(ss).max(1) * ss;
-        let servers: Vec<_> = layout
-            .servers()
-            .filter(|s| !my_pieces(&layout, s.0, size, 0, size).is_empty())
-            .collect();
+        // A load-balanced instance (docs/cache.md §6): each server stores every
+        // stripe, so a stage-in has every server copy the whole file (each answers
+        // for all of it), and a stage-out needs one server, the file's home.
+        let servers: Vec<_> = match (self.ldbal, direction) {
+            (true, StageDir::In) => (0..self.inst.count()).map(ServerIndex).collect(),
+            (true, StageDir::Out) => vec![a.ino.home()],
+            (false, _) => layout
+                .servers()
+                .filter(|s| !my_pieces(&layout, s.0, size, 0, size).is_empty())
+                .collect(),
+        };
+        let copies = servers.len() as u64;
         let request = |from: u64, to: u64| StageStripesReq {
             ino: a.ino,
             stripe_size: layout.stripe_size,
@@ -128,7 +136,7 @@ impl Ctx<'_> {
         for r in results {
             covered += r?;
         }
-        if covered != size {
+        if covered != size * if self.ldbal { copies } else { 1 } {
             return Err(Failure::new(
                 libc::EIO,
                 format!("{shown}: short copy: the servers covered {covered} of {size} bytes of {pfs_path}"),
