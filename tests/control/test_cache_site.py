@@ -30,24 +30,10 @@ def site(spillway_bin, munged, _local_base):
 @pytest.fixture(scope="module")
 def pfs(site, users):
     """A loop XFS mounted at <site PFS root>/xfs, its root owned by the first test user."""
-    if not H.have_loop("mkfs.xfs"):
-        pytest.skip("needs root, losetup, mkfs.xfs and a free loop device")
-    user = users[0]
     img = tempfile.mktemp(prefix="cachepfs-", suffix=".img", dir=site.base)
-    mnt = os.path.join(site.pfs, "xfs")
-    os.mkdir(mnt)
-    subprocess.run(["truncate", "-s", "512M", img], check=True)
-    subprocess.run(["mkfs.xfs", "-q", "-f", img], check=True)
-    r = subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot loop-mount an XFS here: {r.stderr.strip()}")
-    os.chown(mnt, user.uid, user.gid)
-    os.chmod(mnt, 0o755)
-    yield mnt
-    subprocess.run(["mount", "-o", "remount,rw", mnt], capture_output=True)
-    if subprocess.run(["umount", mnt], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", mnt], capture_output=True)
-    os.unlink(img)
+    with H.loop_xfs(os.path.join(site.pfs, "xfs"), img) as mnt:
+        os.chown(mnt, users[0].uid, users[0].gid)
+        yield mnt
 
 
 def cache_job(site, token, owner, pfs_dir, **policy):
@@ -122,10 +108,11 @@ def test_bad_cache_configurations_are_refused(site, pfs, users):
         refused({"type": "cache", "pfs": "/a/../b"}, "absolute path")
         refused({"type": "scratch", "pfs": pfs}, "for configurations of type cache")
         refused({"type": "scratch", "sync_on_close": True}, "for configurations of type cache")
+        # A cache shows one directory that every node shares: never private.
         status, o = site.request("POST", "/dw/v1/configurations",
-                                 {"instance": i["id"], "access_mode": "ldbal", "type": "cache",
+                                 {"instance": i["id"], "access_mode": "private", "type": "cache",
                                   "pfs": pfs})
-        assert status == 400, o
+        assert status == 400 and "not possible for a cache" in str(o), o
         # A symlink the owner planted inside a PFS root, pointing out of it: the
         # servers follow links only while they stay beneath the root (openat2
         # RESOLVE_BENEATH), so it is refused like the directory it names.

@@ -15,6 +15,7 @@ Lives in tests/harness/ (on pytest's `pythonpath`, see tests/pytest.ini); the be
 put that folder on sys.path themselves.
 """
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -358,6 +359,34 @@ def have_loop(mkfs="mkfs.ext4"):
         return False
     r = subprocess.run(["losetup", "-f"], capture_output=True, text=True)
     return r.returncode == 0 and r.stdout.strip().startswith("/dev/loop")
+
+
+@contextlib.contextmanager
+def loop_xfs(mnt, img, size="512M"):
+    """A fresh XFS of `size` in the image file `img`, loop-mounted on the new directory
+    `mnt` (0755 root's): a PFS stand-in. Skips the test without root, losetup,
+    mkfs.xfs or a free loop device. Unmounted (remounted read-write first, in case a
+    test made it read-only; lazily if busy) and the image removed at the end."""
+    if not have_loop("mkfs.xfs"):
+        import pytest
+        pytest.skip("needs root, losetup, mkfs.xfs and a free loop device")
+    os.mkdir(mnt)
+    subprocess.run(["truncate", "-s", size, img], check=True)
+    try:
+        subprocess.run(["mkfs.xfs", "-q", "-f", img], check=True)
+        r = subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True, text=True)
+        if r.returncode != 0:
+            import pytest
+            pytest.skip(f"cannot loop-mount an XFS here: {r.stderr.strip()}")
+        os.chmod(mnt, 0o755)
+        try:
+            yield mnt
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", mnt], capture_output=True)
+            if subprocess.run(["umount", mnt], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", mnt], capture_output=True)
+    finally:
+        os.unlink(img)
 
 
 def mounts_under(path):

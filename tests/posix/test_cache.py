@@ -11,7 +11,6 @@ import errno
 import os
 import random
 import shutil
-import subprocess
 import tempfile
 import time
 
@@ -28,26 +27,16 @@ SETTLE = 30.0
 def pfs():
     """A 1 GiB XFS mounted on a fresh directory: the PFS. Its root is 0755 root's, with
     a 1777 `shared/` directory to cache."""
-    if not H.have_loop("mkfs.xfs"):
-        pytest.skip("needs root, losetup, mkfs.xfs and a free loop device")
     base = tempfile.mkdtemp(prefix=H.BASE_PREFIX + "cachepfs-")
     os.chmod(base, 0o755)
-    img, mnt = os.path.join(base, "pfs.img"), os.path.join(base, "pfs")
-    os.mkdir(mnt)
-    subprocess.run(["truncate", "-s", "1G", img], check=True)
-    subprocess.run(["mkfs.xfs", "-q", "-f", img], check=True)
-    r = subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True, text=True)
-    if r.returncode != 0:
+    try:
+        with H.loop_xfs(os.path.join(base, "pfs"), os.path.join(base, "pfs.img"), "1G") as mnt:
+            shared = os.path.join(mnt, "shared")
+            os.mkdir(shared)
+            os.chmod(shared, 0o1777)
+            yield mnt
+    finally:
         shutil.rmtree(base, ignore_errors=True)
-        pytest.skip(f"cannot loop-mount an XFS here: {r.stderr.strip()}")
-    os.chmod(mnt, 0o755)
-    shared = os.path.join(mnt, "shared")
-    os.mkdir(shared)
-    os.chmod(shared, 0o1777)
-    yield mnt
-    if subprocess.run(["umount", mnt], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", mnt], capture_output=True)
-    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

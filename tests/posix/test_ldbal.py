@@ -20,7 +20,6 @@ import errno
 import glob
 import hashlib
 import os
-import subprocess
 import tempfile
 import time
 
@@ -157,6 +156,9 @@ def test_a_staged_in_directory_is_on_every_replica_and_read_only(site, users):
     try:
         stage_in(site, i["id"], user, src, "/ref")
         mnts = activate(site, s, c)
+        # df shows one replica's room: every server holds every byte.
+        st = os.statvfs(mnts["compute1"])
+        assert st.f_blocks * st.f_frsize == i["capacity"]["bytes"] // 2, (st, i["capacity"])
         # Each node reads from its own replica: both hold every byte.
         for node, mnt in mnts.items():
             for name, data in files.items():
@@ -177,23 +179,10 @@ def test_a_staged_in_directory_is_on_every_replica_and_read_only(site, users):
 @pytest.fixture(scope="module")
 def pfs_xfs(site, users):
     """A loop XFS mounted at <site PFS root>/xfs, its root owned by the first test user."""
-    if not H.have_loop("mkfs.xfs"):
-        pytest.skip("needs root, losetup, mkfs.xfs and a free loop device")
-    user = users[0]
     img = tempfile.mktemp(prefix="ldbalpfs-", suffix=".img", dir=site.base)
-    mnt = os.path.join(site.pfs, "xfs")
-    os.mkdir(mnt)
-    subprocess.run(["truncate", "-s", "512M", img], check=True)
-    subprocess.run(["mkfs.xfs", "-q", "-f", img], check=True)
-    r = subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot loop-mount an XFS here: {r.stderr.strip()}")
-    os.chown(mnt, user.uid, user.gid)
-    os.chmod(mnt, 0o755)
-    yield mnt
-    if subprocess.run(["umount", mnt], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", mnt], capture_output=True)
-    os.unlink(img)
+    with H.loop_xfs(os.path.join(site.pfs, "xfs"), img) as mnt:
+        os.chown(mnt, users[0].uid, users[0].gid)
+        yield mnt
 
 
 def test_a_load_balanced_cache_reads_the_pfs_from_every_replica(site, pfs_xfs, users):

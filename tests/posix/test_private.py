@@ -284,9 +284,14 @@ def test_private_is_refused_on_persistent_instances(site):
                                    {"instance": i["id"], "type": "scratch",
                                     "access_mode": "private"})
         assert status == 400 and "job instances" in out["error"], out
+        # Load-balanced replicas are for persistent instances too (docs/cache.md
+        # section 6), and then alone on the instance.
+        c = site.api("POST", "/dw/v1/configurations",
+                     {"instance": i["id"], "type": "scratch", "access_mode": "ldbal"})
+        assert c["access_mode"] == "ldbal", c
         status, out = site.request("POST", "/dw/v1/configurations",
-                                   {"instance": i["id"], "type": "scratch", "access_mode": "ldbal"})
-        assert status == 400, out
+                                   {"instance": i["id"], "type": "scratch", "access_mode": "stripe"})
+        assert status == 400 and "load-balanced" in out["error"], out
     finally:
         site.api("DELETE", f"/dw/v1/sessions/{s['id']}")
         site.wait_gone("sessions", s["id"])

@@ -74,6 +74,18 @@ impl SpillwayFs {
     /// The instance's (total bytes, free bytes, inodes in use) over all its fragments.
     pub(super) fn do_statfs(&self) -> R<(u64, u64, u64)> {
         let frags = self.inst.statfs()?;
+        let inodes: u64 = frags.iter().map(|f| f.inodes).sum();
+        if self.inst.desc.ldbal {
+            // Every server holds every byte (docs/cache.md section 6): the instance
+            // holds what its smallest replica holds, and what fits in it.
+            let total = frags.iter().map(|f| f.capacity).min().unwrap_or(0);
+            let free = frags
+                .iter()
+                .map(|f| f.capacity.saturating_sub(f.used))
+                .min()
+                .unwrap_or(0);
+            return Ok((total, free, inodes));
+        }
         let total: u64 = frags.iter().map(|f| f.capacity).sum();
         // DataWarp: free = servers × free space of the fullest fragment.
         let min_free = frags
@@ -82,7 +94,6 @@ impl SpillwayFs {
             .min()
             .unwrap_or(0);
         let free = (min_free.saturating_mul(frags.len() as u64)).min(total);
-        let inodes: u64 = frags.iter().map(|f| f.inodes).sum();
         Ok((total, free, inodes))
     }
 

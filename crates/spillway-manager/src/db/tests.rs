@@ -330,13 +330,23 @@ fn private_configurations_are_for_job_instances_and_say_so_to_the_agent() {
         matches!(&e, DbError::Invalid(m) if m.contains("job instances")),
         "{e:?}"
     );
-    assert!(configuration(&mut db, i.id, AccessMode::Ldbal).is_err());
+    // Load-balanced replicas are for persistent instances too, alone on their
+    // instance: every server holds whole replicas (docs/cache.md section 6).
+    let ldbal = configuration(&mut db, i.id, AccessMode::Ldbal).unwrap();
+    assert_eq!(ldbal.access_mode, AccessMode::Ldbal);
+    let e = configuration(&mut db, i.id, AccessMode::Stripe).unwrap_err();
+    assert!(
+        matches!(&e, DbError::Invalid(m) if m.contains("load-balanced")),
+        "{e:?}"
+    );
     // A job's instance takes both: a striped and a private configuration.
     let job = session(&mut db, "4242", 1000);
     let i = db.create_instance(Viewer::Admin, &plan(job, 1)).unwrap();
     let striped = configuration(&mut db, i.id, AccessMode::Stripe).unwrap();
     let private = configuration(&mut db, i.id, AccessMode::Private).unwrap();
     assert_eq!(private.access_mode, AccessMode::Private);
+    // ... and then no load-balanced one.
+    assert!(configuration(&mut db, i.id, AccessMode::Ldbal).is_err());
     for c in [&striped, &private] {
         db.create_activation(
             Viewer::Admin,

@@ -146,12 +146,7 @@ impl Servers {
             .peers
             .get(ROOT_INODE.home().0 as usize)
             .ok_or_else(|| CallError::Refused("instance has no fragments".into()))?;
-        let ep = Endpoint::new(
-            home.clone(),
-            hello(Role::Peer, w.instance, w.secret.clone()),
-            self.deadline,
-            Duration::ZERO,
-        );
+        let ep = self.peer(w, home);
         let zero = Timespec::default();
         ep.call(&SetAttrReq {
             ino: ROOT_INODE,
@@ -170,18 +165,24 @@ impl Servers {
 }
 
 impl Servers {
+    /// A connection to server `addr` of the instance of `w`, as a peer (proving the
+    /// instance secret); no reconnect window, as for every call the manager makes.
+    fn peer(&self, w: &ConfigWork, addr: &str) -> Endpoint {
+        Endpoint::new(
+            addr.to_string(),
+            hello(Role::Peer, w.instance, w.secret.clone()),
+            self.deadline,
+            Duration::ZERO,
+        )
+    }
+
     /// A load-balanced configuration: every server of the instance is told to hold
     /// whole replicas (docs/cache.md §6), before a cache is configured or anything is
     /// staged in. A server holding files already refuses (EEXIST): they were placed
     /// for another access mode and would read as holes from the other replicas.
     fn apply_ldbal(&self, w: &ConfigWork) -> Result<(), CallError> {
         for addr in &w.peers {
-            let ep = Endpoint::new(
-                addr.clone(),
-                hello(Role::Peer, w.instance, w.secret.clone()),
-                self.deadline,
-                Duration::ZERO,
-            );
+            let ep = self.peer(w, addr);
             ep.call(&LdbalConfigReq {}).map_err(|e| match e {
                 Errno::EEXIST => CallError::Refused(format!(
                     "{addr} cannot hold load-balanced replicas of instance {}: it holds \
@@ -212,12 +213,7 @@ impl Servers {
             sync_to_pfs: c.sync_to_pfs,
         };
         for addr in &w.peers {
-            let ep = Endpoint::new(
-                addr.clone(),
-                hello(Role::Peer, w.instance, w.secret.clone()),
-                self.deadline,
-                Duration::ZERO,
-            );
+            let ep = self.peer(w, addr);
             ep.call(&req).map_err(|e| match e {
                 Errno::EACCES | Errno::EPERM | Errno::ENOENT | Errno::ENOTDIR => {
                     CallError::Refused(format!(
