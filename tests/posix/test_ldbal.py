@@ -2,11 +2,11 @@
 servers, two compute nodes each with its agent; MUNGE), configurations of access mode
 ldbal made with the REST API and mounted by the agents.
 
-Node compute1 reads from server 0 and node compute0 from server 1 (the placement
-function `replica_of`, docs/placement.md: these names are picked for it). So a file
-read whole through both nodes' mounts proves that both servers hold all of it, and a
-server killed under a node's open file shows that node's reads going on from the other
-replica.
+The manager gives each node of an activation its replica by rank (`replica_of_rank`,
+docs/placement.md): the two nodes read from different servers, which each mount's log
+says. So a file read whole through both nodes' mounts proves that both servers hold
+all of it, and a server killed under a node's open file shows that node's reads going
+on from the other replica.
 
 * scratch: a directory staged in through the REST API lands whole on both servers;
   both nodes read it byte-identical; every change answers EROFS, as the job user and
@@ -20,6 +20,7 @@ import errno
 import glob
 import hashlib
 import os
+import re
 import tempfile
 import time
 
@@ -30,9 +31,7 @@ from sitehelpers import running_site
 
 GiB = 1 << 30
 MiB = 1 << 20
-# compute1 reads from server 0, compute0 from server 1 (replica_of over 2 servers).
 NODES = ["compute1", "compute0"]
-REPLICA = {"compute1": 0, "compute0": 1}
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +58,21 @@ def ldbal_job(site, token, owner, kind="scratch", **extra):
 
 
 def activate(site, s, c):
-    """The configuration mounted on both nodes: {node: mount path}."""
+    """The configuration mounted on both nodes: ({node: mount path}, {node: the server
+    it reads from}). The replicas are the manager's assignment, (rank among the sorted
+    node names + activation id) mod 2, and each mount's log says it reads from its
+    own: the two nodes read from different servers."""
     a = site.api("POST", "/dw/v1/activations", {"session": s["id"], "configuration": c["id"]})
     site.wait_state("activations", a["id"], timeout=60)
-    return {n: site.node_mount(n, a["mount"]) for n in NODES}
+    replica = {n: (sorted(NODES).index(n) + a["id"]) % 2 for n in NODES}
+    said = {}
+    for path in glob.glob(os.path.join(site.dir, "**", f"activation-{a['id']}.log"),
+                          recursive=True):
+        for node, server in re.findall(r"node (\S+) reads from server (\d+)", open(path).read()):
+            said[node] = int(server)
+    assert said == replica, (said, replica)
+    assert sorted(replica.values()) == [0, 1]
+    return {n: site.node_mount(n, a["mount"]) for n in NODES}, replica
 
 
 def stage_in(site, instance, owner, src, dst):
@@ -106,7 +116,7 @@ def no_changes(user, mnt, existing):
         refused_erofs(who, os.setxattr, existing, "user.k", b"v")
 
 
-def read_after_killing(site, mnts, rel, want):
+def read_after_killing(site, mnts, replica, rel, want):
     """Open `rel` through the mount of the node whose replica does not hold the file's
     inode (its metadata must stay reachable: only data is replicated), kill that
     replica, then read the file whole: the reads go on from the other replica, within
@@ -114,7 +124,7 @@ def read_after_killing(site, mnts, rel, want):
     reconnect window)."""
     home = os.stat(os.path.join(mnts[NODES[0]], rel)).st_ino >> 48
     victim = 1 - home
-    node = next(n for n in NODES if REPLICA[n] == victim)
+    node = next(n for n in NODES if replica[n] == victim)
     fd = os.open(os.path.join(mnts[node], rel), os.O_RDONLY)
     try:
         site.kill(f"server{victim}")
@@ -155,7 +165,7 @@ def test_a_staged_in_directory_is_on_every_replica_and_read_only(site, users):
     s, i, c = ldbal_job(site, "9101", user)
     try:
         stage_in(site, i["id"], user, src, "/ref")
-        mnts = activate(site, s, c)
+        mnts, replica = activate(site, s, c)
         # df shows one replica's room: every server holds every byte.
         st = os.statvfs(mnts["compute1"])
         assert st.f_blocks * st.f_frsize == i["capacity"]["bytes"] // 2, (st, i["capacity"])
@@ -165,11 +175,11 @@ def test_a_staged_in_directory_is_on_every_replica_and_read_only(site, users):
                 if name == "sub/never-read-before":
                     continue
                 got = user.run(H.read_file, os.path.join(mnt, "ref", name))
-                assert got == data, f"{name} through {node} (server {REPLICA[node]})"
+                assert got == data, f"{name} through {node} (server {replica[node]})"
         no_changes(user, mnts["compute1"], os.path.join(mnts["compute1"], "ref", "small"))
         # A node goes on reading from the other replica when its own dies under its
         # open file.
-        read_after_killing(site, mnts, "ref/sub/never-read-before",
+        read_after_killing(site, mnts, replica, "ref/sub/never-read-before",
                            files["sub/never-read-before"])
     finally:
         site.api("DELETE", f"/dw/v1/sessions/{s['id']}")
@@ -194,19 +204,19 @@ def test_a_load_balanced_cache_reads_the_pfs_from_every_replica(site, pfs_xfs, u
         user.run(H.write_file, os.path.join(d, name), data)
     s, i, c = ldbal_job(site, "9102", user, kind="cache", pfs=d)
     try:
-        mnts = activate(site, s, c)
+        mnts, replica = activate(site, s, c)
         for node, mnt in mnts.items():
             assert sorted(os.listdir(mnt)) == sorted(files)
             for name in ("a", "b"):
                 got = user.run(H.read_file, os.path.join(mnt, name))
-                assert got == files[name], f"{name} through {node} (server {REPLICA[node]})"
+                assert got == files[name], f"{name} through {node} (server {replica[node]})"
         no_changes(user, mnts["compute0"], os.path.join(mnts["compute0"], "a"))
         # Nothing reached the PFS.
         assert sorted(os.listdir(d)) == sorted(files)
         assert H.read_file(os.path.join(d, "a")) == files["a"]
         # The namespace is server 0's, so server 1 dies: compute0's reads move to
         # server 0, which fetches from the PFS itself.
-        read_after_killing(site, mnts, "c", files["c"])
+        read_after_killing(site, mnts, replica, "c", files["c"])
     finally:
         site.api("DELETE", f"/dw/v1/sessions/{s['id']}")
         site.wait_gone("sessions", s["id"], timeout=120)

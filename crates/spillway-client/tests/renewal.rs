@@ -42,6 +42,7 @@ fn write_descriptor(path: &Path, instance: u64, server: SocketAddr, credential: 
         credential,
         cache: false,
         ldbal: false,
+        replica: None,
     };
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, d.to_json()).unwrap();

@@ -72,6 +72,7 @@ mod tests {
             private: false,
             cache: false,
             ldbal: false,
+            replica: None,
         };
         let hex = credential(&w, "c1", &["10.0.0.7".into()], Duration::from_secs(3600)).unwrap();
         let bytes = spillway_types::descriptor::decode_hex(&hex).unwrap();

@@ -77,21 +77,32 @@ pub fn counter_starting_at_home(home: ServerIndex, n: u16, from: u64) -> u64 {
     c
 }
 
-/// The replica a client node reads a load-balanced (`ldbal`) instance from, of `n`:
-/// FNV-1a of the node's name, mixed, reduced onto the servers. Nodes spread evenly
-/// over the servers, and one node always reads from the same one.
+/// The replica a client node reads a load-balanced (`ldbal`) instance from, of `n`,
+/// when the manager assigned none (a mount made by hand): FNV-1a of the node's name,
+/// mixed, reduced onto the servers. One node always reads from the same one; many
+/// nodes spread evenly, a few may collide.
 pub fn replica_of(node: &[u8], n: u16) -> ServerIndex {
     assert!(n > 0, "an instance has at least one server");
     ServerIndex(reduce(mix64(fnv1a64(node)), n))
 }
 
+/// The replica the manager assigns to the node of rank `rank` among the nodes an
+/// activation mounts on (their names sorted): `(rank + activation) mod n`. Exactly
+/// even: consecutive nodes read from consecutive servers, and the activation id turns
+/// the ring so that the first nodes of different jobs sharing a persistent instance
+/// do not all start at server 0.
+pub fn replica_of_rank(rank: u64, activation: u64, n: u16) -> ServerIndex {
+    assert!(n > 0, "an instance has at least one server");
+    ServerIndex((rank.wrapping_add(activation) % u64::from(n)) as u16)
+}
+
 /// The order in which a client node tries the replicas of a load-balanced instance:
-/// its own (`replica_of`) first, then the following servers round the ring, so that
-/// the nodes of a failed server spread over the others by their own first choices'
-/// neighbours rather than all landing on server 0.
-pub fn replica_order(node: &[u8], n: u16) -> Vec<ServerIndex> {
-    let first = replica_of(node, n).0;
-    (0..n).map(|k| ServerIndex((first + k) % n)).collect()
+/// its own (`first`, from `replica_of_rank` or `replica_of`) first, then the following
+/// servers round the ring, so that the nodes of a failed server spread over the others
+/// by their own first choices' neighbours rather than all landing on server 0.
+pub fn replica_order(first: ServerIndex, n: u16) -> Vec<ServerIndex> {
+    assert!(n > 0 && first.0 < n, "replica {first:?} of {n}");
+    (0..n).map(|k| ServerIndex((first.0 + k) % n)).collect()
 }
 
 /// How one file's bytes are spread: stripes of `stripe_size` bytes rotating over
@@ -249,12 +260,17 @@ mod tests {
             .collect();
         assert_eq!(v, REPLICA_VECTOR_4);
         assert_eq!(replica_of(b"anything", 1), ServerIndex(0));
-        let o = replica_order(b"nid00006", 4);
+        let o = replica_order(replica_of(b"nid00006", 4), 4);
         let first = REPLICA_VECTOR_4[3];
         assert_eq!(
             o.iter().map(|s| s.0).collect::<Vec<_>>(),
             (0..4).map(|k| (first + k) % 4).collect::<Vec<_>>()
         );
+        // The manager's assignment: exactly even, turned by the activation.
+        let ranks: Vec<u16> = (0..6).map(|r| replica_of_rank(r, 7, 3).0).collect();
+        assert_eq!(ranks, [1, 2, 0, 1, 2, 0]);
+        assert_eq!(replica_of_rank(u64::MAX, 1, 4), ServerIndex(0));
+        assert_eq!(replica_of_rank(5, 0, 1), ServerIndex(0));
         let l = Layout::replica(1 << 20, ServerIndex(2), 3);
         assert!((0..10).all(|k| l.server_of(StripeIndex(k)) == ServerIndex(2)));
         assert_eq!(l.servers().collect::<Vec<_>>(), vec![ServerIndex(2)]);

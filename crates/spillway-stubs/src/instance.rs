@@ -188,7 +188,13 @@ impl Instance {
     /// unchanged.
     pub fn reading_as(mut self, node: &str) -> Instance {
         if self.desc.ldbal {
-            let order = spillway_placement::replica_order(node.as_bytes(), self.count());
+            let n = self.count();
+            // The manager's assignment, else the node name's hash (a mount by hand).
+            let first = match self.desc.replica.filter(|&r| r < n) {
+                Some(r) => ServerIndex(r),
+                None => spillway_placement::replica_of(node.as_bytes(), n),
+            };
+            let order = spillway_placement::replica_order(first, n);
             tracing::info!(
                 "load-balanced instance: node {node} reads from server {} ({})",
                 order[0].0,
@@ -737,6 +743,7 @@ mod tests {
             credential: encode_hex(credential),
             cache: false,
             ldbal: false,
+            replica: None,
         }
         .to_json()
     }

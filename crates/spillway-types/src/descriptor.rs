@@ -27,6 +27,11 @@ pub struct InstanceDescriptor {
     /// on to the next when that one is down (`spillway_placement::replica_order`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ldbal: bool,
+    /// A load-balanced instance: the server this node reads from first, assigned by
+    /// the manager (`spillway_placement::replica_of_rank`); None: by the node name's
+    /// hash (`replica_of`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<u16>,
 }
 
 #[derive(Debug)]
@@ -126,6 +131,7 @@ mod tests {
             credential: encode_hex(b"secret"),
             cache: false,
             ldbal: false,
+            replica: None,
         }
     }
 

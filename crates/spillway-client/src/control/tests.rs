@@ -44,6 +44,7 @@ fn instance() -> Arc<Instance> {
         credential: "00".into(),
         cache: false,
         ldbal: false,
+        replica: None,
     };
     Arc::new(Instance::new(
         desc,

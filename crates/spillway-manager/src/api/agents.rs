@@ -154,6 +154,7 @@ fn describe(w: &MountWork, node: &str, addrs: &[String], lifetime: Duration) -> 
         credential,
         cache: w.cache,
         ldbal: w.ldbal,
+        replica: w.replica,
     };
     AgentMount {
         activation: w.activation,
@@ -200,6 +201,7 @@ mod tests {
             private,
             cache: false,
             ldbal: false,
+            replica: None,
         }
     }
 

@@ -104,6 +104,9 @@ pub struct MountWork {
     pub cache: bool,
     /// The configuration is load-balanced (read-only replicas, docs/cache.md §6).
     pub ldbal: bool,
+    /// A load-balanced mount: the replica this node reads from first
+    /// (`spillway_placement::replica_of_rank`, by its rank among the activation's nodes).
+    pub replica: Option<u16>,
 }
 
 impl Db {
@@ -486,6 +489,7 @@ impl Db {
                             private: r.get::<_, String>(8)? == AccessMode::Private.as_str(),
                             cache: r.get::<_, String>(9)? == ConfigType::Cache.as_str(),
                             ldbal: r.get::<_, String>(8)? == AccessMode::Ldbal.as_str(),
+                            replica: None,
                         },
                         r.get::<_, bool>(7)?,
                     ))
@@ -500,9 +504,26 @@ impl Db {
                 continue;
             }
             w.servers = self.peers(w.instance)?;
+            if w.ldbal && !w.servers.is_empty() {
+                w.replica = Some(self.replica_of(w.activation, node, w.servers.len())?);
+            }
             out.push(w);
         }
         Ok(out)
+    }
+
+    /// The replica `node` reads a load-balanced activation from first: by its rank
+    /// among the activation's nodes (docs/placement.md, "Load-balanced replicas").
+    fn replica_of(&self, activation: u64, node: &str, servers: usize) -> DbResult<u16> {
+        let mut nodes: Vec<String> = self
+            .conn()
+            .prepare_cached("SELECT node FROM activation_nodes WHERE activation = ?1")?
+            .query_map([activation as i64], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        nodes.sort();
+        let rank = nodes.iter().position(|n| n == node).unwrap_or(0) as u64;
+        let n = u16::try_from(servers).unwrap_or(u16::MAX);
+        Ok(spillway_placement::replica_of_rank(rank, activation, n).0)
     }
 
     pub fn agent_report(&mut self, node: &str, r: &AgentReport) -> DbResult<bool> {

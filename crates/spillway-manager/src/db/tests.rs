@@ -428,3 +428,55 @@ fn sessions_per_user_are_limited() {
         .create_session(Viewer::User(1001), 1001, &new("f"))
         .is_err());
 }
+
+#[test]
+fn a_load_balanced_activation_spreads_its_nodes_evenly_over_the_replicas() {
+    let mut db = db_with_nodes(&[("s0", 10 << 30), ("s1", 10 << 30)]);
+    let nodes = ["c3", "c1", "c2"];
+    let s = db
+        .create_session(
+            Viewer::Admin,
+            0,
+            &NewSession {
+                token: "5151".into(),
+                owner: Some(1000),
+                creator: None,
+                client_nodes: nodes.iter().map(|n| n.to_string()).collect(),
+                expiration: None,
+            },
+        )
+        .unwrap()
+        .id;
+    let i = db
+        .create_instance(Viewer::Admin, &plan(s, 2 << 30))
+        .unwrap();
+    let c = configuration(&mut db, i.id, AccessMode::Ldbal).unwrap();
+    let a = db
+        .create_activation(
+            Viewer::Admin,
+            &NewActivation {
+                session: s,
+                configuration: c.id,
+                mount: None,
+            },
+            "/mnt",
+        )
+        .unwrap();
+    for f in db.fragment_work().unwrap() {
+        db.record_fragment(f.fragment, Ok(())).unwrap();
+    }
+    db.advance().unwrap();
+    for cw in db.config_work().unwrap() {
+        assert!(cw.ldbal);
+        db.record_config(cw.configuration, Ok(())).unwrap();
+    }
+    db.advance().unwrap();
+    // By rank among the sorted names (c1, c2, c3), turned by the activation id.
+    for (rank, node) in ["c1", "c2", "c3"].iter().enumerate() {
+        let w = db.mount_work(node).unwrap();
+        assert_eq!(w.len(), 1, "{node}");
+        assert!(w[0].ldbal && w[0].servers.len() == 2);
+        let want = ((rank as u64 + a.id) % 2) as u16;
+        assert_eq!(w[0].replica, Some(want), "{node}");
+    }
+}

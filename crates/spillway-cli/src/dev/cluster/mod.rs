@@ -229,6 +229,7 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
                 credential: String::new(),
                 cache: st.cache_pfs.is_some(),
                 ldbal: false,
+                replica: None,
             };
             (st, desc, secret)
         }

@@ -183,6 +183,7 @@ fn execute(
         // Stages run on scratch instances only (a cache instance refuses them).
         cache: false,
         ldbal: frag.ldbal(),
+        replica: None,
     };
     let inst = Instance::peer(
         desc,
