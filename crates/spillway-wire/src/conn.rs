@@ -487,13 +487,11 @@ pub struct Endpoint {
     credential_source: Option<CredentialSource>,
     pub deadline: Duration,
     pub reconnect_window: Duration,
-    /// Set by `giving_up_once_unreachable`: after one reconnect window spent in vain,
-    /// every later call fails at once (`unreachable` records that it was).
-    give_up: bool,
-    unreachable: std::sync::atomic::AtomicBool,
-    /// Set by `failing_over`: for this long after a reconnect window spent in vain,
-    /// every call fails at once; then connecting is tried again.
-    rest: Option<Duration>,
+    /// How long after a reconnect window spent in vain every call fails at once
+    /// (`down_since` records when it was): for ever for one task's endpoint
+    /// (`giving_up_once_unreachable`), a rest for one with somewhere else to go
+    /// (`failing_over`); None: each call gets its own window.
+    give_up: Option<Duration>,
     down_since: Mutex<Option<Instant>>,
     /// Offered to every connection made (used where the server is on this host).
     arena: Option<Arc<Arena>>,
@@ -519,9 +517,7 @@ impl Endpoint {
             credential_source: None,
             deadline,
             reconnect_window,
-            give_up: false,
-            unreachable: std::sync::atomic::AtomicBool::new(false),
-            rest: None,
+            give_up: None,
             down_since: Mutex::new(None),
             arena: None,
         }
@@ -553,7 +549,7 @@ impl Endpoint {
     /// calls fail at once instead of each waiting a window of its own. Without this,
     /// a task making N calls to a dead server takes N windows to fail.
     pub fn giving_up_once_unreachable(mut self) -> Endpoint {
-        self.give_up = true;
+        self.give_up = Some(Duration::MAX);
         self
     }
 
@@ -563,15 +559,12 @@ impl Endpoint {
     /// that the reads queued behind a dead server fail over together instead of each
     /// waiting a window of its own; after `rest` the server is tried again.
     pub fn failing_over(mut self, rest: Duration) -> Endpoint {
-        self.rest = Some(rest);
+        self.give_up = Some(rest);
         self
     }
 
     fn gave_up(&self) -> bool {
-        if self.give_up && self.unreachable.load(std::sync::atomic::Ordering::Relaxed) {
-            return true;
-        }
-        match (self.rest, *self.lock_down()) {
+        match (self.give_up, *self.lock_down()) {
             (Some(rest), Some(at)) => at.elapsed() < rest,
             _ => false,
         }
@@ -636,9 +629,7 @@ impl Endpoint {
                 Err(e) => {
                     if start.elapsed() >= self.reconnect_window {
                         tracing::warn!(addr = %self.addr, "server unreachable");
-                        self.unreachable
-                            .store(true, std::sync::atomic::Ordering::Relaxed);
-                        if self.rest.is_some() {
+                        if self.give_up.is_some() {
                             *self.lock_down() = Some(Instant::now());
                         }
                         return Err(e);

@@ -551,7 +551,6 @@ impl Db {
         c: &NewConfiguration,
     ) -> DbResult<Configuration> {
         let cache = cache_policy(c)?;
-
         let perms = c.root_permissions.unwrap_or(0o755);
         if perms > 0o7777 {
             return Err(DbError::Invalid(format!(

@@ -476,6 +476,7 @@ impl Db {
             let rows = st
                 .query_map(params![node, FUSE_LIMIT], |r| {
                     let goal: String = r.get(1)?;
+                    let mode: String = r.get(8)?;
                     Ok((
                         MountWork {
                             activation: r.get::<_, i64>(0)? as u64,
@@ -486,9 +487,9 @@ impl Db {
                             capacity: r.get::<_, i64>(4)? as u64,
                             stripe_size: r.get::<_, i64>(5)? as u32,
                             secret: r.get(6)?,
-                            private: r.get::<_, String>(8)? == AccessMode::Private.as_str(),
+                            private: mode == AccessMode::Private.as_str(),
                             cache: r.get::<_, String>(9)? == ConfigType::Cache.as_str(),
-                            ldbal: r.get::<_, String>(8)? == AccessMode::Ldbal.as_str(),
+                            ldbal: mode == AccessMode::Ldbal.as_str(),
                             replica: None,
                         },
                         r.get::<_, bool>(7)?,
@@ -515,13 +516,14 @@ impl Db {
     /// The replica `node` reads a load-balanced activation from first: by its rank
     /// among the activation's nodes (docs/placement.md, "Load-balanced replicas").
     fn replica_of(&self, activation: u64, node: &str, servers: usize) -> DbResult<u16> {
-        let mut nodes: Vec<String> = self
-            .conn()
-            .prepare_cached("SELECT node FROM activation_nodes WHERE activation = ?1")?
-            .query_map([activation as i64], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        nodes.sort();
-        let rank = nodes.iter().position(|n| n == node).unwrap_or(0) as u64;
+        // The nodes whose names sort before this one's (SQLite's BINARY collation:
+        // bytewise, as docs/placement.md says).
+        let rank: i64 = self.conn().query_row(
+            "SELECT COUNT(*) FROM activation_nodes WHERE activation = ?1 AND node < ?2",
+            params![activation as i64, node],
+            |r| r.get(0),
+        )?;
+        let rank = rank as u64;
         let n = u16::try_from(servers).unwrap_or(u16::MAX);
         Ok(spillway_placement::replica_of_rank(rank, activation, n).0)
     }

@@ -319,6 +319,35 @@ fn configuration(db: &mut Db, instance: u64, access_mode: AccessMode) -> DbResul
     )
 }
 
+/// An activation of configuration `c` in session `s`, mounted below /mnt.
+fn activate(db: &mut Db, s: u64, c: u64) -> Activation {
+    db.create_activation(
+        Viewer::Admin,
+        &NewActivation {
+            session: s,
+            configuration: c,
+            mount: None,
+        },
+        "/mnt",
+    )
+    .unwrap()
+}
+
+/// Every fragment built and every configuration applied, as the reconcile loop would;
+/// returns the configurations' work.
+fn build(db: &mut Db) -> Vec<ConfigWork> {
+    for f in db.fragment_work().unwrap() {
+        db.record_fragment(f.fragment, Ok(())).unwrap();
+    }
+    db.advance().unwrap();
+    let cws = db.config_work().unwrap();
+    for cw in &cws {
+        db.record_config(cw.configuration, Ok(())).unwrap();
+    }
+    db.advance().unwrap();
+    cws
+}
+
 #[test]
 fn private_configurations_are_for_job_instances_and_say_so_to_the_agent() {
     let mut db = db_with_nodes(&[("s0", 10 << 30)]);
@@ -348,25 +377,9 @@ fn private_configurations_are_for_job_instances_and_say_so_to_the_agent() {
     // ... and then no load-balanced one.
     assert!(configuration(&mut db, i.id, AccessMode::Ldbal).is_err());
     for c in [&striped, &private] {
-        db.create_activation(
-            Viewer::Admin,
-            &NewActivation {
-                session: job,
-                configuration: c.id,
-                mount: None,
-            },
-            "/mnt",
-        )
-        .unwrap();
+        activate(&mut db, job, c.id);
     }
-    for f in db.fragment_work().unwrap() {
-        db.record_fragment(f.fragment, Ok(())).unwrap();
-    }
-    db.advance().unwrap();
-    for cw in db.config_work().unwrap() {
-        db.record_config(cw.configuration, Ok(())).unwrap();
-    }
-    db.advance().unwrap();
+    build(&mut db);
     let w = db.mount_work("c1").unwrap();
     let private_of = |suffix: String| {
         w.iter()
@@ -451,26 +464,9 @@ fn a_load_balanced_activation_spreads_its_nodes_evenly_over_the_replicas() {
         .create_instance(Viewer::Admin, &plan(s, 2 << 30))
         .unwrap();
     let c = configuration(&mut db, i.id, AccessMode::Ldbal).unwrap();
-    let a = db
-        .create_activation(
-            Viewer::Admin,
-            &NewActivation {
-                session: s,
-                configuration: c.id,
-                mount: None,
-            },
-            "/mnt",
-        )
-        .unwrap();
-    for f in db.fragment_work().unwrap() {
-        db.record_fragment(f.fragment, Ok(())).unwrap();
-    }
-    db.advance().unwrap();
-    for cw in db.config_work().unwrap() {
-        assert!(cw.ldbal);
-        db.record_config(cw.configuration, Ok(())).unwrap();
-    }
-    db.advance().unwrap();
+    let a = activate(&mut db, s, c.id);
+    let cws = build(&mut db);
+    assert!(!cws.is_empty() && cws.iter().all(|cw| cw.ldbal));
     // By rank among the sorted names (c1, c2, c3), turned by the activation id.
     for (rank, node) in ["c1", "c2", "c3"].iter().enumerate() {
         let w = db.mount_work(node).unwrap();

@@ -282,12 +282,6 @@ impl Fragment {
         })
     }
 
-    /// A file's layout as this server stores it (every stripe its own in a
-    /// load-balanced instance: replicas.rs).
-    fn layout(&self, ino: InodeNo, stripe_size: u32, stripe_width: u16) -> Layout {
-        self.stripes_layout(ino, stripe_size, stripe_width)
-    }
-
     /// SetAttr. A size change on a regular file first cuts the data on every server of
     /// its layout. Not only when shrinking below the stored size: the stored size may lag
     /// behind data a writer has not reported yet, and bytes past the new size must be

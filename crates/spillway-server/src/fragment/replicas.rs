@@ -2,7 +2,7 @@
 //! every file, and the instance is read-only to its clients.
 //!
 //! What changes on a server is small and all here: where a file's stripes are
-//! (`stripes_layout`: every stripe is this server's), which servers a change to a
+//! (`layout`: every stripe is this server's), which servers a change to a
 //! file's data must reach (`data_servers`: all of them), and a marker file that
 //! makes the mode survive a restart. The namespace is placed as in any instance;
 //! the service answers a client's changes EROFS (service/readonly.rs).
@@ -50,7 +50,7 @@ impl Fragment {
 
     /// Where the stripes of a file of this geometry are, as this server stores and
     /// stages them: each its own in a load-balanced instance, else the placement.
-    pub(crate) fn stripes_layout(&self, ino: InodeNo, stripe_size: u32, width: u16) -> Layout {
+    pub(crate) fn layout(&self, ino: InodeNo, stripe_size: u32, width: u16) -> Layout {
         if self.ldbal() {
             Layout::replica(stripe_size, self.index(), self.config.count())
         } else {

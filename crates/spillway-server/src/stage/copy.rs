@@ -66,7 +66,7 @@ pub(crate) fn stripes(f: &Fragment, r: &StageStripesReq) -> StoreResult<StageStr
         return Err(fs(Errno::EINVAL));
     }
     // Every stripe is ours in a load-balanced instance (fragment/replicas.rs).
-    let layout = f.stripes_layout(r.ino, r.stripe_size, r.stripe_width);
+    let layout = f.layout(r.ino, r.stripe_size, r.stripe_width);
     let pieces = my_pieces(&layout, f.index().0, r.size, r.from, r.to);
     if pieces.is_empty() {
         return Ok(StageStripesReply { bytes: 0 });

@@ -83,7 +83,7 @@ fn store_failure(e: crate::error::StoreError, shown: &str, doing: &str) -> Failu
 }
 
 fn first_stripe_here(f: &Fragment, a: &Attr) -> bool {
-    f.stripes_layout(a.ino, a.stripe_size, a.stripe_width)
+    f.layout(a.ino, a.stripe_size, a.stripe_width)
         .server_of(StripeIndex(0))
         == f.index()
 }
