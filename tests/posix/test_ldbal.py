@@ -235,3 +235,43 @@ def test_ldbal_does_not_share_an_instance_with_another_access_mode(site, users):
     finally:
         site.api("DELETE", f"/dw/v1/sessions/{s['id']}")
         site.wait_gone("sessions", s["id"], timeout=120)
+
+
+def test_a_stage_in_beyond_one_replicas_room_fails_and_stores_nothing_silently(
+        spillway_bin, munged, _local_base, users):
+    """Every server holds every byte, so a load-balanced instance holds one fragment's
+    share of its capacity: a stage-in of more is a failed stage (ENOSPC), never one
+    reported complete. What the failed copy wrote is freed on every replica (no client
+    can remove it: the instance is read-only to them), so a file that fits stages in
+    afterwards."""
+    user = users[0]
+    with running_site(spillway_bin, _local_base, munged, prefix="ldbalfull-", pfs_users=users[:1],
+                      servers=2, server_capacity="64MiB", granularity="64MiB",
+                      node=NODES[0]) as small:
+        src = os.path.join(small.pfs, user.name, "big")
+        user.run(os.makedirs, src)
+        user.run(H.write_file, os.path.join(src, "big"), os.urandom(100 * MiB))
+        ok = os.path.join(small.pfs, user.name, "fits")
+        user.run(os.makedirs, ok)
+        data = os.urandom(20 * MiB)
+        user.run(H.write_file, os.path.join(ok, "fits"), data)
+        s = small.api("POST", "/dw/v1/sessions", {"token": "9111", "owner": user.uid,
+                                                  "client_nodes": NODES[:1]})
+        try:
+            i = small.api("POST", "/dw/v1/instances", {"session": s["id"], "capacity": 128 * MiB})
+            assert i["capacity"]["nodes"] == 2, i
+            small.api("POST", "/dw/v1/configurations",
+                      {"instance": i["id"], "type": "scratch", "access_mode": "ldbal"})
+            st = small.api("POST", "/dw/v1/stages", {
+                "instance": i["id"], "direction": "in", "type": "directory",
+                "source": src, "destination": "/big", "owner": user.uid})
+            for _ in range(30):
+                got = small.api("GET", f"/dw/v1/stages/{st['id']}?wait=5")
+                if got["state"] not in ("queued", "deferred", "running"):
+                    break
+            assert got["state"] == "failed", got
+            assert got["error"]["errno"] == errno.ENOSPC and "full" in got["error"]["message"], got
+            stage_in(small, i["id"], user, ok, "/fits")
+        finally:
+            small.api("DELETE", f"/dw/v1/sessions/{s['id']}")
+            small.wait_gone("sessions", s["id"], timeout=120)

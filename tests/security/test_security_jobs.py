@@ -308,6 +308,37 @@ def test_only_the_owner_destroys_a_persistent_instance(site, spillway_bin, pfs, 
     assert live(site, name) == []
 
 
+def test_a_setup_cannot_configure_another_users_persistent_cache(site, spillway_bin, pfs, user, user2):
+    """A persistent cache made through Slurm gets its directory at the creating job's
+    setup (docs/cache.md section 10, question 1). Another user's job naming the same
+    instance in its own `#BB create_persistent ... type=cache pfs=` line must not give
+    it a directory (the servers would open it as the instance's owner): the setup is
+    refused and the instance stays without a configuration."""
+    name = "secpc1"
+    code, out = wlm(spillway_bin, site, "--function", "create_persistent", "-c", "CLI", "-t", name,
+                    "-u", str(user2.uid), "-C", "wlm_pool:1073741824", "-a", "striped", "-T", "cache")
+    assert code == 0 and "created" in out and "configuration is made at the job's setup" in out, out
+    [owned] = live(site, name)
+    try:
+        d = user_dir(pfs, user, "secpc-mine")
+        script = write(os.path.join(d, "j.sh"),
+                       f"#!/bin/sh\n#BB create_persistent name={name} capacity=1GiB type=cache pfs={d}\n",
+                       owner=user)
+        code, out = wlm(spillway_bin, site, "--function", "setup", "--token", "7771", "--caller", "SLURM",
+                        "--user", str(user.uid), "--groupid", str(user.gid), "--capacity", "wlm_pool:0",
+                        "--job", script)
+        assert code != 0 and "no persistent instance of this name and user" in out, out
+        confs = site.api("GET", "/dw/v1/configurations")["configurations"]
+        inst = site.api("GET", f"/dw/v1/instances/{owned['links']['instances'][0]}")
+        assert inst["links"]["configurations"] == [], (inst, confs)
+        assert live(site, name)[0]["id"] == owned["id"]
+    finally:
+        for s in site.api("GET", "/dw/v1/sessions")["sessions"]:
+            if s["token"] in (name, "7771"):
+                site.api("DELETE", f"/dw/v1/sessions/{s['id']}")
+                site.wait_gone("sessions", s["id"], timeout=90)
+
+
 def test_an_owner_destroys_through_spillway_run(site, spillway_bin, pfs, user2):
     name = "secpdb3"
     persistent_with_data(site, spillway_bin, pfs, user2, name)

@@ -8,12 +8,13 @@
 
 mod common;
 
-use common::{write_req, Cluster};
+use common::{write_req, Cluster, INSTANCE};
 use spillway_types::{Errno, FileKind, ROOT_INODE};
 use spillway_wire::{
     setattr, want, CreateReq, DeleteDataReq, ExtendSizeReq, LdbalConfigReq, OpenReq, ReadReq,
     RemoveEntryReq, SetAttrReq, SetXattrReq, TruncateDataReq,
 };
+use std::os::unix::fs::PermissionsExt;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -166,6 +167,20 @@ fn a_load_balanced_fragment_is_read_only_to_clients_and_holds_whole_replicas() {
         assert_eq!(c.getattr(attr.ino).unwrap().size, data.len() as u64);
     };
     attack(&c);
+
+    // The marker is root's alone: 0600 in the fragment's 0700 directory (FORMAT.md).
+    for node in &c.nodes {
+        let dir = node.root.join("fragments").join(INSTANCE.to_string());
+        let mode = |p: &std::path::Path| {
+            std::fs::symlink_metadata(p)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode(&dir.join("ldbal")), 0o600);
+        assert_eq!(mode(&dir), 0o700);
+    }
 
     // The mode survives a restart of every server (the marker on disk).
     for node in &mut c.nodes {

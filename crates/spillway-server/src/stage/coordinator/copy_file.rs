@@ -23,6 +23,17 @@ impl Ctx<'_> {
             unchanged_since(&file, &st, src)?;
             self.set_size_and_times(&attr, &st, dst)
         });
+        if r.is_err() && self.ldbal {
+            // No client can remove what a failed copy left in a load-balanced
+            // instance (it is read-only to them): its bytes are cut on every replica
+            // here, so that a full instance is not kept full by a failed file.
+            let mut cut = spillway_wire::SetAttrReq::of(attr.ino);
+            cut.valid = spillway_wire::setattr::SIZE;
+            cut.size = 0;
+            if let Err(e) = self.inst.setattr(cut) {
+                tracing::warn!("{dst}: freeing what a failed copy left: {e}");
+            }
+        }
         // The release is not waited for: nothing depends on its answer, and a release
         // lost with a broken connection is done by the server when the connection goes.
         if let Ok(ep) = self.inst.endpoint(attr.ino.home()) {
