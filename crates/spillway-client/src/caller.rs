@@ -75,6 +75,16 @@ impl Caller {
         }
     }
 
+    /// As the wire carries it to a cache's namespace server (cache instances make
+    /// removals and renames on the PFS as the caller; fs/gate.rs).
+    pub(crate) fn wire(&self) -> spillway_wire::Caller {
+        spillway_wire::Caller {
+            uid: self.uid,
+            gid: self.gid,
+            groups: self.groups.clone(),
+        }
+    }
+
     pub(crate) fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }

@@ -25,6 +25,7 @@
 
 use crate::control::Control;
 use crate::dirahead::DirAhead;
+use crate::gate::Gate;
 use crate::grants::Grants;
 use crate::inval::invalidator;
 use crate::locks::Locks;
@@ -86,6 +87,9 @@ pub struct SpillwayFs {
     lost: Invalidate,
     /// Subdirectories' listings read ahead of a walk (dirahead.rs).
     ahead: Arc<DirAhead>,
+    /// A cache instance: the protection of the PFS directories above the cached one,
+    /// kept at the mount root (gate.rs).
+    gate: Option<Gate>,
 }
 
 /// Read-only virtual attribute describing a file's placement (for `spillway stripes`).
@@ -119,7 +123,12 @@ impl SpillwayFs {
             tun.readdir_ahead,
         );
         let direct_writes = tun.direct_writes;
+        let gate = inst
+            .desc
+            .cache
+            .then(|| Gate::new(inst.clone(), tun.attr_ttl));
         SpillwayFs {
+            gate,
             ahead,
             grants: Grants::new(inst.clone(), &tun),
             locks: Locks::new(inst.clone()),
@@ -153,6 +162,32 @@ impl SpillwayFs {
     fn fuse_ino(&self, i: InodeNo) -> INodeNo {
         self.root.fuse(i)
     }
+
+    /// A call on the mount root of a cache instance: Ok only for a caller who can
+    /// reach the cached directory on the PFS (gate.rs).
+    fn gate_root(&self, req: &Request, i: INodeNo) -> R<()> {
+        match &self.gate {
+            Some(g) if i == INodeNo::ROOT => g.check(req.uid(), req.gid(), req.pid()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Who a cache instance's removals and renames are made as on the PFS (the
+    /// caller of the request); `None` for scratch, whose servers keep the names.
+    fn ns_caller(&self, req: &Request) -> Option<spillway_wire::Caller> {
+        self.gate.as_ref()?;
+        Some(crate::caller::Caller::of(req.uid(), req.gid(), req.pid()).wire())
+    }
+
+    /// How long the kernel may keep `a`: the mount root of a cache instance not at
+    /// all, so that each of its permission checks asks us (gate.rs).
+    fn attr_ttl_of(&self, a: &spillway_types::Attr, ttl: Duration) -> Duration {
+        if self.gate.is_some() && self.fuse_ino(a.ino) == INodeNo::ROOT {
+            Duration::ZERO
+        } else {
+            ttl
+        }
+    }
 }
 
 impl Filesystem for SpillwayFs {
@@ -174,8 +209,11 @@ impl Filesystem for SpillwayFs {
         self.t.forget(self.ino(i), nlookup);
     }
 
-    fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.reply_getattr(reply, self.do_getattr(self.ino(i)));
+    fn getattr(&self, req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let r = self
+            .gate_root(req, i)
+            .and_then(|()| self.do_getattr(self.ino(i)));
+        self.reply_getattr(reply, r);
     }
 
     fn setattr(
@@ -240,14 +278,14 @@ impl Filesystem for SpillwayFs {
         self.reply_entry(reply, r);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.changing(self.do_unlink(self.ino(parent), name));
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.changing(self.do_unlink(self.ns_caller(req), self.ino(parent), name));
         self.t.forget_entry(self.ino(parent), name.as_bytes());
         Self::empty(reply, r);
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.changing(self.do_rmdir(self.ino(parent), name));
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.changing(self.do_rmdir(self.ns_caller(req), self.ino(parent), name));
         self.t.forget_entry(self.ino(parent), name.as_bytes());
         Self::empty(reply, r);
     }
@@ -266,7 +304,7 @@ impl Filesystem for SpillwayFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -275,7 +313,8 @@ impl Filesystem for SpillwayFs {
         reply: ReplyEmpty,
     ) {
         let (op, np) = (self.ino(parent), self.ino(newparent));
-        let r = self.changing(self.do_rename(op, name, np, newname, flags));
+        let r =
+            self.changing(self.do_rename(self.ns_caller(req), (op, name), (np, newname), flags));
         Self::empty(reply, r);
     }
 
@@ -462,8 +501,11 @@ impl Filesystem for SpillwayFs {
         Self::empty(reply, self.inst.sync_meta(self.ino(i)));
     }
 
-    fn statfs(&self, _req: &Request, _i: INodeNo, reply: ReplyStatfs) {
-        Self::reply_statfs(reply, self.do_statfs());
+    fn statfs(&self, req: &Request, i: INodeNo, reply: ReplyStatfs) {
+        Self::reply_statfs(
+            reply,
+            self.gate_root(req, i).and_then(|()| self.do_statfs()),
+        );
     }
 
     fn setxattr(
@@ -480,13 +522,18 @@ impl Filesystem for SpillwayFs {
         Self::empty(reply, r);
     }
 
-    fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let r = self.do_getxattr(self.ino(i), name.as_bytes());
+    fn getxattr(&self, req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = self
+            .gate_root(req, i)
+            .and_then(|()| self.do_getxattr(self.ino(i), name.as_bytes()));
         Self::xattr_reply(reply, size, r);
     }
 
-    fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
-        Self::xattr_reply(reply, size, self.do_listxattr(self.ino(i)));
+    fn listxattr(&self, req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = self
+            .gate_root(req, i)
+            .and_then(|()| self.do_listxattr(self.ino(i)));
+        Self::xattr_reply(reply, size, r);
     }
 
     fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {

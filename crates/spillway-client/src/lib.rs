@@ -12,6 +12,8 @@
 //! * `dirahead` — listing subdirectories ahead of a walk (`find`, `du`, `rm -r`).
 //! * `fs`       — the FUSE operations, each mapped onto the stubs (`fs/existing.rs`:
 //!   an O_CREAT open of a name another client made meanwhile).
+//! * `gate`     — a cache mount's root refused to callers who cannot reach the cached
+//!   directory on the PFS (the protection of the directories above it).
 //! * `locks`    — fcntl, OFD and flock locks held at the inodes' homes.
 //! * `caller`   — the calling thread's groups, capabilities, syscall and signals.
 //! * `acl`      — POSIX ACLs: what a new inode inherits, the directories' default ACLs.
@@ -29,6 +31,7 @@ mod caller;
 pub mod control;
 mod dirahead;
 pub mod fs;
+mod gate;
 pub mod grants;
 mod inval;
 pub mod locks;

@@ -314,6 +314,54 @@ impl Instance {
             .removed)
     }
 
+    /// A cache instance's removal, made on the PFS as `caller` (its namespace server
+    /// answers for every name).
+    pub fn cache_remove(
+        &self,
+        caller: Caller,
+        parent: InodeNo,
+        name: &[u8],
+        want: u8,
+    ) -> Result<EntryRef, Errno> {
+        let req = CacheRemoveReq {
+            caller,
+            parent,
+            name: name.to_vec(),
+            want,
+        };
+        Ok(self.dentry(parent, name)?.call(&req)?.removed)
+    }
+
+    /// A cache instance's rename, made on the PFS as `caller`.
+    pub fn cache_rename(
+        &self,
+        caller: Caller,
+        old: (InodeNo, &[u8]),
+        new: (InodeNo, &[u8]),
+        flags: u32,
+    ) -> Result<RenameReply, Errno> {
+        let req = CacheRenameReq {
+            caller,
+            old_parent: old.0,
+            old_name: old.1.to_vec(),
+            new_parent: new.0,
+            new_name: new.1.to_vec(),
+            flags,
+        };
+        self.dentry(old.0, old.1)?.call(&req)
+    }
+
+    /// A cache instance: may `caller` reach the cached directory on the PFS? `Ok(true)`
+    /// when every caller may (nothing above it is closed to anybody), `Ok(false)` when
+    /// this one may, EACCES when it may not.
+    pub fn cache_access(&self, caller: Caller) -> Result<bool, Errno> {
+        if !self.desc.cache {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let ep = self.server(ServerIndex(0))?;
+        Ok(ep.call(&CacheAccessReq { caller })?.open_to_all)
+    }
+
     pub fn insert_entry(
         &self,
         parent: InodeNo,

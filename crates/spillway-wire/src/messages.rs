@@ -112,6 +112,7 @@ pub mod want {
 
 impl crate::codec::ListItem for InodeNo {}
 impl crate::codec::ListItem for u64 {}
+impl crate::codec::ListItem for u32 {}
 
 wire_struct!(
     /// Reply of no content.
@@ -610,6 +611,51 @@ wire_struct!(CacheInodeReply {
     flushed: Option<PfsVersion>
 });
 
+wire_struct!(
+    /// Who asks, as the client's kernel saw the calling thread: its file-system uid and
+    /// gid and its supplementary groups (at most `MAX_CALLER_GROUPS`).
+    Caller {
+        uid: u32,
+        gid: u32,
+        groups: Vec<u32>
+    }
+);
+/// The most supplementary groups a `Caller` carries (Linux's NGROUPS_MAX).
+pub const MAX_CALLER_GROUPS: usize = 65536;
+wire_struct!(
+    /// Client role, to a cache instance's namespace server: may `caller` reach the
+    /// cached PFS directory on the PFS itself, i.e. search every directory above it?
+    /// Answered EACCES when not (docs/cache.md section 1, docs/security.md section 8).
+    CacheAccessReq { caller: Caller }
+);
+wire_struct!(CacheAccessReply {
+    /// Every directory above the cached one lets anybody through (search for owner,
+    /// group and others, no ACL): the answer is the same for every caller.
+    open_to_all: bool
+});
+wire_struct!(
+    /// Client role, cache instances: `RemoveEntryReq` carried out on the PFS as
+    /// `caller`, so the PFS's own checks (write and search on the directory, the sticky
+    /// rule) judge the entry the name holds at the moment of the removal.
+    CacheRemoveReq {
+        caller: Caller,
+        parent: InodeNo,
+        name: Vec<u8>,
+        want: u8
+    }
+);
+wire_struct!(
+    /// Client role, cache instances: `RenameReq` carried out on the PFS as `caller`.
+    CacheRenameReq {
+        caller: Caller,
+        old_parent: InodeNo,
+        old_name: Vec<u8>,
+        new_parent: InodeNo,
+        new_name: Vec<u8>,
+        flags: u32
+    }
+);
+
 // ---- locks: fcntl byte ranges, OFD locks, flock (opcodes 90-99, docs/data-plane.md) --
 /// `LockReq::class`: Linux keeps two lock spaces that never conflict with each other.
 pub mod lock_class {
@@ -1016,6 +1062,10 @@ calls! {
     114 CacheDropReq -> CacheDropReply, true;
     115 CacheInodeReq -> CacheInodeReply, true;
     116 LdbalConfigReq -> Empty, true;
+    117 CacheAccessReq -> CacheAccessReply, true;
+    // Not resent: a resent removal or rename would answer ENOENT for its own success.
+    118 CacheRemoveReq -> RemoveEntryReply, false;
+    119 CacheRenameReq -> RenameReply, false;
 }
 
 impl Call for WriteReq {

@@ -9,7 +9,7 @@ use crate::acl;
 use fuser::{FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus, Request};
 use spillway_types::tunables::MAX_SYMLINK_LEN;
 use spillway_types::{Attr, Errno, FileKind, InodeNo};
-use spillway_wire::messages::{want, CreateReq, EntryRef};
+use spillway_wire::messages::{want, Caller, CreateReq, EntryRef};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -147,9 +147,9 @@ impl SpillwayFs {
     }
 
     /// Remove a name that is not a directory's; the inode's link count drops at its home.
-    pub(super) fn do_unlink(&self, parent: InodeNo, name: &OsStr) -> R<()> {
+    pub(super) fn do_unlink(&self, caller: Option<Caller>, parent: InodeNo, name: &OsStr) -> R<()> {
         let name = check_name(name)?;
-        let removed = self.inst.remove_entry(parent, name, want::NOT_DIR)?;
+        let removed = self.remove_name(caller, parent, name, want::NOT_DIR)?;
         // The entry is gone: the inode's link count and the directory's times are
         // independent updates at (possibly) two homes, made in parallel.
         let touch = self.inst.start_touch_dir(parent, 0);
@@ -159,16 +159,31 @@ impl SpillwayFs {
         Ok(())
     }
 
+    /// Remove `parent`/`name`: on a cache instance as `caller` (the PFS judges the
+    /// entry the name holds at the moment of the removal), else at its server.
+    pub(super) fn remove_name(
+        &self,
+        caller: Option<Caller>,
+        parent: InodeNo,
+        name: &[u8],
+        want: u8,
+    ) -> R<EntryRef> {
+        match caller {
+            Some(c) => self.inst.cache_remove(c, parent, name, want),
+            None => self.inst.remove_entry(parent, name, want),
+        }
+    }
+
     /// Remove an empty directory, sealed on every server first so that no entry appears
     /// in it while it goes.
-    pub(super) fn do_rmdir(&self, parent: InodeNo, name: &OsStr) -> R<()> {
+    pub(super) fn do_rmdir(&self, caller: Option<Caller>, parent: InodeNo, name: &OsStr) -> R<()> {
         let name = check_name(name)?;
         let entry = self.inst.lookup_entry(parent, name)?.ok_or(Errno::ENOENT)?;
         if entry.kind != FileKind::Directory {
             return Err(Errno::ENOTDIR);
         }
         self.inst.seal_dir(entry.ino)?;
-        if let Err(e) = self.inst.remove_entry(parent, name, want::DIR) {
+        if let Err(e) = self.remove_name(caller, parent, name, want::DIR) {
             self.inst.unseal_dir(entry.ino);
             return Err(e);
         }

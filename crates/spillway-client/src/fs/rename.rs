@@ -7,19 +7,19 @@ use super::lookup::check_name;
 use super::{SpillwayFs, R};
 use fuser::RenameFlags;
 use spillway_types::{Errno, FileKind, InodeNo};
-use spillway_wire::messages::{rename_flags, want, EntryRef};
+use spillway_wire::messages::{rename_flags, want, Caller, EntryRef};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 impl SpillwayFs {
     /// RENAME as the kernel sends it. This client's cached entries of both names go,
     /// whatever the outcome.
+    /// On a cache instance the rename is made on the PFS as `caller`.
     pub(super) fn do_rename(
         &self,
-        op: InodeNo,
-        on: &OsStr,
-        np: InodeNo,
-        nn: &OsStr,
+        caller: Option<Caller>,
+        (op, on): (InodeNo, &OsStr),
+        (np, nn): (InodeNo, &OsStr),
         flags: RenameFlags,
     ) -> R<()> {
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
@@ -32,13 +32,21 @@ impl SpillwayFs {
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
             f |= rename_flags::EXCHANGE;
         }
-        let r = self.rename_names(op, on, np, nn, f);
+        let r = self.rename_names(caller, op, on, np, nn, f);
         self.t.forget_entry(op, on.as_bytes());
         self.t.forget_entry(np, nn.as_bytes());
         r
     }
 
-    fn rename_names(&self, op: InodeNo, on: &OsStr, np: InodeNo, nn: &OsStr, flags: u32) -> R<()> {
+    fn rename_names(
+        &self,
+        caller: Option<Caller>,
+        op: InodeNo,
+        on: &OsStr,
+        np: InodeNo,
+        nn: &OsStr,
+        flags: u32,
+    ) -> R<()> {
         let (on, nn) = (check_name(on)?, check_name(nn)?);
         let exchange = flags & rename_flags::EXCHANGE != 0;
         let noreplace = flags & rename_flags::NOREPLACE != 0;
@@ -72,7 +80,14 @@ impl SpillwayFs {
             }
             _ => None,
         };
-        let result = self.rename_entries(op, on, np, nn, flags, &src, dst.as_ref(), exchange);
+        let result = match caller {
+            // A cache's names are all on its namespace server.
+            Some(c) => self
+                .inst
+                .cache_rename(c, (op, on), (np, nn), flags)
+                .map(|r| r.replaced),
+            None => self.rename_entries(op, on, np, nn, flags, &src, dst.as_ref(), exchange),
+        };
         let replaced = match result {
             Ok(r) => r,
             Err(e) => {

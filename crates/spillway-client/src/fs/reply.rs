@@ -86,7 +86,10 @@ impl SpillwayFs {
         match r {
             Ok(a) => {
                 self.t.remember(&a, false);
-                reply.attr(&self.tun.attr_ttl, &self.fuse_attr(&a));
+                reply.attr(
+                    &self.attr_ttl_of(&a, self.tun.attr_ttl),
+                    &self.fuse_attr(&a),
+                );
             }
             Err(e) => reply.error(fe(e)),
         }
@@ -114,7 +117,9 @@ impl SpillwayFs {
     /// those just fetched from the home (remembered).
     pub(super) fn reply_getattr(&self, reply: ReplyAttr, r: R<Fresh>) {
         match r {
-            Ok(Fresh::Cached(a, ttl)) => reply.attr(&ttl, &self.fuse_attr(&a)),
+            Ok(Fresh::Cached(a, ttl)) => {
+                reply.attr(&self.attr_ttl_of(&a, ttl), &self.fuse_attr(&a))
+            }
             Ok(Fresh::Fetched(a)) => self.reply_attr(reply, Ok(a)),
             Err(e) => reply.error(fe(e)),
         }

@@ -8,6 +8,7 @@
 //!   that miss fetched from the PFS, writes logged and written behind to the PFS.
 //! * `wblog`   — the write-behind log: which ranges of which stripes are dirty (written
 //!   here, not yet on the PFS), kept so that a server restart resumes write-behind.
+//! * `reach`   — who may reach the PFS directory through the directories above it.
 //! * `ranges`  — sets of byte ranges (a stripe's dirty ranges).
 //! * `coherence` — whether a cached copy is still the PFS file's at open (the rule,
 //!   and the PFS version it compares).
@@ -15,6 +16,7 @@
 pub(crate) mod coherence;
 pub(crate) mod pfsns;
 pub(crate) mod ranges;
+pub(crate) mod reach;
 pub(crate) mod stripes;
 pub(crate) mod wblog;
 

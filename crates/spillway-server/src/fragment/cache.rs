@@ -9,6 +9,7 @@
 
 use crate::cache::coherence::{judge, InodeStatus, Verdict};
 use crate::cache::pfsns::{open_resolved, PfsNamespace};
+use crate::cache::reach::Reach;
 use crate::cache::stripes::CacheStripes;
 use crate::cache::{PfsFiles, Resolved};
 use crate::error::{fs, StoreError, StoreResult};
@@ -105,6 +106,8 @@ pub(crate) struct CacheState {
     pub ns: Option<PfsNamespace>,
     pub stripes: CacheStripes,
     pub resolver: Resolver,
+    /// Who may reach the PFS directory (namespace server only; cache/reach.rs).
+    pub reach: Option<Reach>,
     /// Files whose last name went while open (namespace server): their cached data
     /// goes at their last close.
     unlinked: Mutex<HashSet<InodeNo>>,
@@ -153,6 +156,11 @@ impl CacheState {
     ) -> StoreResult<CacheState> {
         let pfs_dir = opener(&config.pfs_dir, config.uid, config.gid, roots)?;
         let mount = pfs_dir.try_clone()?;
+        let reach = if index == NAMESPACE_SERVER {
+            Some(Reach::new(&config.pfs_dir, &pfs_dir)?)
+        } else {
+            None
+        };
         let ns = if index == NAMESPACE_SERVER {
             Some(PfsNamespace::open(
                 pfs_dir,
@@ -173,6 +181,7 @@ impl CacheState {
                 mount,
                 known: Mutex::new(HashMap::new()),
             },
+            reach,
             unlinked: Mutex::new(HashSet::new()),
         })
     }

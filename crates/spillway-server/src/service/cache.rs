@@ -15,9 +15,9 @@ use crate::service::session::InstanceSession;
 use spillway_types::{Errno, FileKind};
 use spillway_wire::serve::Reply;
 use spillway_wire::{
-    AttrReply, BytesReply, CacheDropReply, CacheInodeReply, CacheResolveReply, CacheStatusReply,
-    Empty, InsertEntryReply, LookupReply, NamesReply, ReadArenaReply, ReadDirReply,
-    RemoveEntryReply, Request, StatFsReply, StripeInfoReply,
+    AttrReply, BytesReply, CacheAccessReply, CacheDropReply, CacheInodeReply, CacheResolveReply,
+    CacheStatusReply, Empty, InsertEntryReply, LookupReply, NamesReply, ReadArenaReply,
+    ReadDirReply, RemoveEntryReply, Request, StatFsReply, StripeInfoReply,
 };
 use std::time::Instant;
 
@@ -63,7 +63,19 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 ns()?.lookup(r.parent, &r.name)?;
                 return Err(fs(Errno::EINVAL));
             };
-            let removed = ns()?.remove_entry(r.parent, &r.name, wanted)?;
+            let removed = ns()?.remove_entry(r.parent, &r.name, wanted, None)?;
+            Reply::of(&RemoveEntryReply {
+                removed: removed.into(),
+            })
+        }
+        // The same, made on the PFS as the caller (cache/reach.rs has why).
+        Request::CacheRemoveReq(r) => {
+            let caller = convert::caller(&r.caller)?;
+            let Some(wanted) = convert::expect(r.want) else {
+                ns()?.lookup(r.parent, &r.name)?;
+                return Err(fs(Errno::EINVAL));
+            };
+            let removed = ns()?.remove_entry(r.parent, &r.name, wanted, Some(&caller))?;
             Reply::of(&RemoveEntryReply {
                 removed: removed.into(),
             })
@@ -80,9 +92,34 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 crate::names::check_name(&r.new_name)?;
                 return Err(fs(Errno::EINVAL));
             };
-            let renamed =
-                ns()?.rename(r.old_parent, &r.old_name, r.new_parent, &r.new_name, mode)?;
+            let renamed = ns()?.rename(
+                r.old_parent,
+                &r.old_name,
+                r.new_parent,
+                &r.new_name,
+                mode,
+                None,
+            )?;
             Reply::of(&spillway_wire::RenameReply::from(renamed))
+        }
+        Request::CacheRenameReq(r) => {
+            let caller = convert::caller(&r.caller)?;
+            let Some(mode) = convert::rename_mode(r.flags) else {
+                crate::names::check_name(&r.old_name)?;
+                crate::names::check_name(&r.new_name)?;
+                return Err(fs(Errno::EINVAL));
+            };
+            let (op, np) = (r.old_parent, r.new_parent);
+            let renamed = ns()?.rename(op, &r.old_name, np, &r.new_name, mode, Some(&caller))?;
+            Reply::of(&spillway_wire::RenameReply::from(renamed))
+        }
+        // May this caller reach the cached directory on the PFS (cache/reach.rs)?
+        Request::CacheAccessReq(r) => {
+            let reach = c.reach.as_ref().ok_or(fs(Errno::ESTALE))?;
+            reach.check(&convert::caller(&r.caller)?)?;
+            Reply::of(&CacheAccessReply {
+                open_to_all: reach.open_to_all(),
+            })
         }
         Request::LinkCountReq(r) => {
             let a = ns()?.link_count(r.ino, r.delta)?;

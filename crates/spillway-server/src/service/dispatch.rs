@@ -190,7 +190,10 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
         Request::CacheResolveReq(_)
         | Request::CacheFlushReq(_)
         | Request::CacheInodeReq(_)
-        | Request::CacheDropReq(_) => return Err(fs(Errno::EOPNOTSUPP)),
+        | Request::CacheDropReq(_)
+        | Request::CacheAccessReq(_)
+        | Request::CacheRemoveReq(_)
+        | Request::CacheRenameReq(_) => return Err(fs(Errno::EOPNOTSUPP)),
         Request::CacheStatusReq(_) => Reply::of(&spillway_wire::CacheStatusReply {
             dirty_bytes: 0,
             dirty_files: 0,

@@ -22,6 +22,8 @@ pub(super) fn changes(req: &Request) -> bool {
         | Request::RemoveEntryReq(_)
         | Request::InsertEntryReq(_)
         | Request::RenameReq(_)
+        | Request::CacheRemoveReq(_)
+        | Request::CacheRenameReq(_)
         | Request::LinkCountReq(_)
         | Request::TouchDirReq(_)
         | Request::SealDirReq(_)
@@ -76,6 +78,7 @@ pub(super) fn changes(req: &Request) -> bool {
         | Request::CacheStatusReq(_)
         | Request::CacheDropReq(_)
         | Request::CacheInodeReq(_)
+        | Request::CacheAccessReq(_)
         | Request::LdbalConfigReq(_) => false,
     }
 }

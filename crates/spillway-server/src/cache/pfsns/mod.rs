@@ -519,12 +519,16 @@ impl PfsNamespace {
         }
     }
 
-    /// Remove `parent`/`name`; the entry removed, its number from the table.
+    /// Remove `parent`/`name`; the entry removed, its number from the table. With a
+    /// `caller`, the removal itself is made as that user, so the PFS's own checks
+    /// (write and search on the directory, the sticky rule) judge whatever the name
+    /// holds at that moment, not what the client kernel checked a moment before.
     pub(crate) fn remove_entry(
         &self,
         parent: InodeNo,
         name: &[u8],
         wanted: Expect,
+        caller: Option<&Identity>,
     ) -> StoreResult<Entry> {
         let cn = cname(name)?;
         let dir = self.dir_fd(parent)?;
@@ -536,7 +540,7 @@ impl PfsNamespace {
             _ => {}
         }
         let (entry, attr) = self.entry_of(&c)?;
-        sys::unlinkat(&dir, &cn, is_dir)?;
+        as_caller(caller, || sys::unlinkat(&dir, &cn, is_dir))?;
         self.changed(parent);
         self.remember_gone(attr);
         // Its other links, if any, saw its ctime change.
@@ -581,6 +585,7 @@ impl PfsNamespace {
         new_parent: InodeNo,
         new_name: &[u8],
         mode: RenameMode,
+        caller: Option<&Identity>,
     ) -> StoreResult<Renamed> {
         let on = cname(old_name)?;
         let nn = cname(new_name)?;
@@ -602,7 +607,7 @@ impl PfsNamespace {
             RenameMode::NoReplace => libc::RENAME_NOREPLACE,
             RenameMode::Exchange => libc::RENAME_EXCHANGE,
         };
-        sys::renameat2(&od, &on, &nd, &nn, flags)?;
+        as_caller(caller, || sys::renameat2(&od, &on, &nd, &nn, flags))?;
         self.changed(old_parent);
         self.changed(new_parent);
         // The inodes moved or unlinked saw their ctime change.
@@ -881,6 +886,17 @@ impl PfsNamespace {
         *lock(&self.memory) = Memory::default();
         Ok(())
     }
+}
+
+/// `call` made as `caller` (this thread's file-system identity only), or as root.
+fn as_caller<T>(
+    caller: Option<&Identity>,
+    call: impl FnOnce() -> Result<T, Errno>,
+) -> StoreResult<T> {
+    Ok(match caller {
+        Some(id) => as_identity(id, call)??,
+        None => call()?,
+    })
 }
 
 /// The identity a write-behind wears: the owner, with the owner's groups when the

@@ -254,23 +254,23 @@ fn removals_answer_the_pfs_errnos() {
         f.ns.create(&node(d.ino, "f", FileKind::Regular, 0o644))
             .unwrap();
     assert_eq!(
-        errno(f.ns.remove_entry(ROOT_INODE, b"d", Expect::Dir)),
+        errno(f.ns.remove_entry(ROOT_INODE, b"d", Expect::Dir, None)),
         Errno::ENOTEMPTY
     );
     assert_eq!(
-        errno(f.ns.remove_entry(ROOT_INODE, b"d", Expect::NotDir)),
+        errno(f.ns.remove_entry(ROOT_INODE, b"d", Expect::NotDir, None)),
         Errno::EISDIR
     );
     assert_eq!(
-        errno(f.ns.remove_entry(d.ino, b"f", Expect::Dir)),
+        errno(f.ns.remove_entry(d.ino, b"f", Expect::Dir, None)),
         Errno::ENOTDIR
     );
     assert_eq!(
-        errno(f.ns.remove_entry(d.ino, b"nope", Expect::Any)),
+        errno(f.ns.remove_entry(d.ino, b"nope", Expect::Any, None)),
         Errno::ENOENT
     );
     assert_eq!(
-        errno(f.ns.remove_entry(file.ino, b"x", Expect::Any)),
+        errno(f.ns.remove_entry(file.ino, b"x", Expect::Any, None)),
         Errno::ENOTDIR
     );
     assert_eq!(
@@ -278,7 +278,9 @@ fn removals_answer_the_pfs_errnos() {
         Errno::EEXIST
     );
 
-    let gone = f.ns.remove_entry(d.ino, b"f", Expect::NotDir).unwrap();
+    let gone =
+        f.ns.remove_entry(d.ino, b"f", Expect::NotDir, None)
+            .unwrap();
     assert_eq!(
         gone,
         Entry {
@@ -294,7 +296,9 @@ fn removals_answer_the_pfs_errnos() {
         (a.nlink, a.mtime.sec, a.mtime.nsec as i64),
         (2, m.mtime(), m.mtime_nsec())
     );
-    let gone = f.ns.remove_entry(ROOT_INODE, b"d", Expect::Dir).unwrap();
+    let gone =
+        f.ns.remove_entry(ROOT_INODE, b"d", Expect::Dir, None)
+            .unwrap();
     assert_eq!(
         gone,
         Entry {
@@ -312,11 +316,13 @@ fn removals_answer_the_pfs_errnos() {
     f.ns.create(&node(dir2.ino, "x", FileKind::Regular, 0o644))
         .unwrap();
     assert_eq!(
-        f.ns.remove_entry(dir2.ino, b"x", Expect::Any).unwrap().kind,
+        f.ns.remove_entry(dir2.ino, b"x", Expect::Any, None)
+            .unwrap()
+            .kind,
         FileKind::Regular
     );
     assert_eq!(
-        f.ns.remove_entry(ROOT_INODE, b"d2", Expect::Any)
+        f.ns.remove_entry(ROOT_INODE, b"d2", Expect::Any, None)
             .unwrap()
             .kind,
         FileKind::Directory
@@ -333,12 +339,25 @@ fn renames_plain_noreplace_and_exchange() {
     let b = f.ns.lookup(ROOT_INODE, b"b").unwrap().entry;
     let sub = f.ns.lookup(ROOT_INODE, b"sub").unwrap().entry;
 
-    let r =
-        f.ns.rename(ROOT_INODE, b"a", ROOT_INODE, b"b", RenameMode::NoReplace);
+    let r = f.ns.rename(
+        ROOT_INODE,
+        b"a",
+        ROOT_INODE,
+        b"b",
+        RenameMode::NoReplace,
+        None,
+    );
     assert_eq!(errno(r), Errno::EEXIST);
     let r =
-        f.ns.rename(ROOT_INODE, b"a", ROOT_INODE, b"b", RenameMode::Replace)
-            .unwrap();
+        f.ns.rename(
+            ROOT_INODE,
+            b"a",
+            ROOT_INODE,
+            b"b",
+            RenameMode::Replace,
+            None,
+        )
+        .unwrap();
     assert_eq!(
         r,
         Renamed {
@@ -351,7 +370,7 @@ fn renames_plain_noreplace_and_exchange() {
     assert_eq!(f.ns.link_count(b.ino, -1).unwrap().nlink, 0);
 
     let r =
-        f.ns.rename(ROOT_INODE, b"b", sub.ino, b"c", RenameMode::NoReplace)
+        f.ns.rename(ROOT_INODE, b"b", sub.ino, b"c", RenameMode::NoReplace, None)
             .unwrap();
     assert_eq!(
         r,
@@ -365,7 +384,7 @@ fn renames_plain_noreplace_and_exchange() {
     std::fs::write(f.pfs.join("x"), b"X").unwrap();
     let x = f.ns.lookup(ROOT_INODE, b"x").unwrap().entry;
     let r =
-        f.ns.rename(sub.ino, b"c", ROOT_INODE, b"x", RenameMode::Exchange)
+        f.ns.rename(sub.ino, b"c", ROOT_INODE, b"x", RenameMode::Exchange, None)
             .unwrap();
     assert_eq!(
         r,
@@ -383,6 +402,7 @@ fn renames_plain_noreplace_and_exchange() {
         ROOT_INODE,
         b"missing",
         RenameMode::Exchange,
+        None,
     );
     assert_eq!(errno(r), Errno::ENOENT);
     let r = f.ns.rename(
@@ -391,15 +411,28 @@ fn renames_plain_noreplace_and_exchange() {
         ROOT_INODE,
         b"y",
         RenameMode::Replace,
+        None,
     );
     assert_eq!(errno(r), Errno::ENOENT);
     // A directory onto a non-empty one, and onto a file.
     std::fs::create_dir(f.pfs.join("e")).unwrap();
-    let r =
-        f.ns.rename(ROOT_INODE, b"e", ROOT_INODE, b"sub", RenameMode::Replace);
+    let r = f.ns.rename(
+        ROOT_INODE,
+        b"e",
+        ROOT_INODE,
+        b"sub",
+        RenameMode::Replace,
+        None,
+    );
     assert_eq!(errno(r), Errno::ENOTEMPTY);
-    let r =
-        f.ns.rename(ROOT_INODE, b"e", ROOT_INODE, b"x", RenameMode::Replace);
+    let r = f.ns.rename(
+        ROOT_INODE,
+        b"e",
+        ROOT_INODE,
+        b"x",
+        RenameMode::Replace,
+        None,
+    );
     assert_eq!(errno(r), Errno::ENOTDIR);
 }
 
@@ -450,9 +483,11 @@ fn hard_links_and_link_counts() {
     );
 
     std::fs::write(f.pfs.join("f"), b"12345").unwrap();
-    f.ns.remove_entry(ROOT_INODE, b"f", Expect::NotDir).unwrap();
+    f.ns.remove_entry(ROOT_INODE, b"f", Expect::NotDir, None)
+        .unwrap();
     assert_eq!(f.ns.link_count(a.ino, -1).unwrap().nlink, 1);
-    f.ns.remove_entry(ROOT_INODE, b"g", Expect::NotDir).unwrap();
+    f.ns.remove_entry(ROOT_INODE, b"g", Expect::NotDir, None)
+        .unwrap();
     let last = f.ns.link_count(a.ino, -1).unwrap();
     assert_eq!((last.ino, last.nlink, last.size), (a.ino, 0, 5));
     assert_eq!(errno(f.ns.get_attr(a.ino)), Errno::ESTALE);
@@ -534,7 +569,8 @@ fn read_dir_pages_in_byte_order() {
     let next = f.ns.read_dir(ROOT_INODE, b"Z", 1, false).unwrap();
     assert_eq!(names(&next), vec![b"a.b".to_vec()]);
     // And a name removed through the namespace too.
-    f.ns.remove_entry(ROOT_INODE, b"aa", Expect::Any).unwrap();
+    f.ns.remove_entry(ROOT_INODE, b"aa", Expect::Any, None)
+        .unwrap();
     let next = f.ns.read_dir(ROOT_INODE, b"a.b", 1, false).unwrap();
     assert_eq!(names(&next), vec![b"b".to_vec()]);
 
@@ -906,7 +942,7 @@ fn a_symlink_out_of_the_tree_is_never_followed() {
         assert_eq!(errno(f.ns.create(&n)), Errno::ENOTDIR, "{kind:?}");
     }
     assert_eq!(
-        errno(f.ns.remove_entry(esc.ino, b"secret", Expect::Any)),
+        errno(f.ns.remove_entry(esc.ino, b"secret", Expect::Any, None)),
         Errno::ENOTDIR
     );
     let r = f.ns.rename(
@@ -915,6 +951,7 @@ fn a_symlink_out_of_the_tree_is_never_followed() {
         ROOT_INODE,
         b"stolen",
         RenameMode::Replace,
+        None,
     );
     assert_eq!(errno(r), Errno::ENOTDIR);
     let e = Entry {
@@ -979,22 +1016,30 @@ fn a_symlink_out_of_the_tree_is_never_followed() {
     );
     assert!(lmeta(&f.pfs.join("fesc2")).file_type().is_symlink());
     // Renamed and removed: only the link moves and goes.
-    f.ns.rename(ROOT_INODE, b"esc", ROOT_INODE, b"esc2", RenameMode::Replace)
-        .unwrap();
+    f.ns.rename(
+        ROOT_INODE,
+        b"esc",
+        ROOT_INODE,
+        b"esc2",
+        RenameMode::Replace,
+        None,
+    )
+    .unwrap();
     assert!(lmeta(&f.pfs.join("esc2")).file_type().is_symlink());
     assert_eq!(
-        f.ns.remove_entry(ROOT_INODE, b"esc2", Expect::Dir)
+        f.ns.remove_entry(ROOT_INODE, b"esc2", Expect::Dir, None)
             .err()
             .map(|e| e.errno()),
         Some(Errno::ENOTDIR)
     );
     assert_eq!(
-        f.ns.remove_entry(ROOT_INODE, b"esc2", Expect::NotDir)
+        f.ns.remove_entry(ROOT_INODE, b"esc2", Expect::NotDir, None)
             .unwrap(),
         esc
     );
-    f.ns.remove_entry(ROOT_INODE, b"fesc", Expect::Any).unwrap();
-    f.ns.remove_entry(ROOT_INODE, b"fesc2", Expect::Any)
+    f.ns.remove_entry(ROOT_INODE, b"fesc", Expect::Any, None)
+        .unwrap();
+    f.ns.remove_entry(ROOT_INODE, b"fesc2", Expect::Any, None)
         .unwrap();
 
     // The outside is as it was.
@@ -1100,15 +1145,27 @@ fn bad_names_are_refused_with_check_names_errno() {
         let n = NewNode::new(ROOT_INODE, name, FileKind::Regular, 0o644, 0, 0);
         assert_eq!(errno(f.ns.create(&n)), e, "{name:?}");
         assert_eq!(
-            errno(f.ns.remove_entry(ROOT_INODE, name, Expect::Any)),
+            errno(f.ns.remove_entry(ROOT_INODE, name, Expect::Any, None)),
             e,
             "{name:?}"
         );
-        let r =
-            f.ns.rename(ROOT_INODE, b"d", ROOT_INODE, name, RenameMode::Replace);
+        let r = f.ns.rename(
+            ROOT_INODE,
+            b"d",
+            ROOT_INODE,
+            name,
+            RenameMode::Replace,
+            None,
+        );
         assert_eq!(errno(r), e, "{name:?}");
-        let r =
-            f.ns.rename(ROOT_INODE, name, ROOT_INODE, b"z", RenameMode::Replace);
+        let r = f.ns.rename(
+            ROOT_INODE,
+            name,
+            ROOT_INODE,
+            b"z",
+            RenameMode::Replace,
+            None,
+        );
         assert_eq!(errno(r), e, "{name:?}");
     }
     assert!(f.pfs.join("d").is_dir());
@@ -1266,10 +1323,11 @@ fn versions_follow_our_own_calls_and_not_the_pfs_users() {
         ROOT_INODE,
         b"moved",
         RenameMode::NoReplace,
+        None,
     )
     .unwrap();
     unchanged("rename");
-    f.ns.remove_entry(ROOT_INODE, b"link", Expect::NotDir)
+    f.ns.remove_entry(ROOT_INODE, b"link", Expect::NotDir, None)
         .unwrap();
     unchanged("unlink of another link");
     assert_eq!(f.ns.seen(ino).unwrap().unwrap().now, version("moved"));
