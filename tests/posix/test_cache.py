@@ -342,3 +342,67 @@ def test_kill_9_with_dirty_data_then_restart_loses_nothing(cache):
         assert H.read_file(p(c.mnt, "crash", name)) == data
     # The kill came before write-behind (its age is 5 s): the log is what carried them.
     assert dirty_at_kill, "every file was on the PFS before the kill: nothing was tested"
+
+
+def test_an_open_file_keeps_its_data_after_its_last_name_goes(cache):
+    """DataWarp: 'if the file is open, the invalidate and removal is deferred until the
+    last close' (issue 30, item 7): reads of bytes never cached, writes, fsync and close
+    all work; the name is gone at once; nothing is left on the PFS after the close."""
+    c, shared = cache
+    d = fresh(shared, "openunlink")
+    data = os.urandom(3 * MiB + 5)
+    H.write_file(os.path.join(d, "f"), data)
+    m = p(c.mnt, "openunlink")
+    fd = os.open(p(m, "f"), os.O_RDWR)
+    try:
+        os.unlink(p(m, "f"))
+        assert os.listdir(m) == []
+        assert not os.path.exists(p(m, "f"))
+        assert os.fstat(fd).st_nlink == 0
+        # Bytes never read before come from the PFS file, which still exists.
+        assert os.pread(fd, len(data), 0) == data
+        os.pwrite(fd, b"w" * 4096, MiB)
+        os.fsync(fd)
+        assert os.pread(fd, 4096, MiB) == b"w" * 4096
+        # A new file of the same name is another file.
+        H.write_file(p(m, "f"), b"new")
+        assert os.pread(fd, 3, 0) == data[:3]
+    finally:
+        os.close(fd)
+    assert H.read_file(p(m, "f")) == b"new"
+    # The hidden name goes with the last close.
+    deadline = time.monotonic() + 5
+    while sorted(os.listdir(d)) != ["f"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(os.listdir(d)) == ["f"]
+    wait_for_pfs(os.path.join(d, "f"), b"new")
+
+    # The temporary-file pattern: create, unlink, write, fsync, read back, close.
+    fd = os.open(p(m, "tmp"), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.unlink(p(m, "tmp"))
+        blob = os.urandom(MiB + 17)
+        assert os.write(fd, blob) == len(blob)
+        os.fsync(fd)
+        assert os.pread(fd, len(blob), 0) == blob
+    finally:
+        os.close(fd)
+
+    # A rename over an open file: the reader keeps reading the file it opened.
+    old = os.urandom(2 * MiB)
+    H.write_file(os.path.join(d, "b"), old)
+    H.write_file(os.path.join(d, "a"), b"replacement")
+    fd = os.open(p(m, "b"), os.O_RDONLY)
+    try:
+        os.rename(p(m, "a"), p(m, "b"))
+        assert os.fstat(fd).st_nlink == 0
+        assert os.pread(fd, len(old), 0) == old
+    finally:
+        os.close(fd)
+    assert H.read_file(p(m, "b")) == b"replacement"
+    deadline = time.monotonic() + 5
+    while sorted(os.listdir(d)) != ["b", "f"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(os.listdir(d)) == ["b", "f"]
+    # The server's names for such files cannot be made or seen through the mount.
+    assert_errno(errno.EPERM, H.write_file, p(m, ".spillway-unlinked-1"), b"x")

@@ -341,6 +341,12 @@ impl super::Fragment {
         if gone {
             self.cache_drop_everywhere(ino);
         }
+        // Its hidden name, if its last name went while it was open (pfsns/hidden.rs).
+        if let Some(ns) = &c.ns {
+            if let Err(e) = ns.reap(ino) {
+                tracing::warn!(instance = self.config.instance, %ino, "removing a file unlinked while open: {e}");
+            }
+        }
     }
 
     /// Delete a removed file's cached stripes on every server of the instance (its
@@ -561,6 +567,21 @@ fn write_behind(weak: &Weak<super::Fragment>) {
         };
         let report = c.stripes.flush_pass(&f.data, &f.resolving(c), &policy);
         tracing::debug!(instance = f.config.instance, ?report, "write-behind pass");
+        f.reap_hidden(c);
+    }
+}
+
+impl super::Fragment {
+    /// Files unlinked while open that nobody has opened again since a restart (or
+    /// for long): their hidden names and cached data go (pfsns/hidden.rs).
+    fn reap_hidden(&self, c: &CacheState) {
+        let Some(ns) = &c.ns else { return };
+        for ino in ns.hidden_due(&|ino| self.is_open(ino)) {
+            self.cache_drop_everywhere(ino);
+            if let Err(e) = ns.reap(ino) {
+                tracing::warn!(instance = self.config.instance, %ino, "removing a file unlinked while open: {e}");
+            }
+        }
     }
 }
 

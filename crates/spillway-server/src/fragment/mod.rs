@@ -412,6 +412,11 @@ impl Fragment {
         Ok(a)
     }
 
+    /// Whether some session has `ino` open here.
+    pub(crate) fn is_open(&self, ino: InodeNo) -> bool {
+        self.lock_opens().count(ino) > 0
+    }
+
     /// Drop `n` opens of `ino`; the last one purges an unlinked inode.
     pub(crate) fn release(&self, ino: InodeNo, n: u64) {
         let mut opens = self.lock_opens();

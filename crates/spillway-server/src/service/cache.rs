@@ -6,7 +6,7 @@
 //! dispatch.rs: a request added to the protocol does not compile here until a cache
 //! answers it.
 
-use crate::cache::pfsns::PfsNamespace;
+use crate::cache::pfsns::{By, PfsNamespace};
 use crate::error::{fs, StoreError, StoreResult};
 use crate::fragment::cache::CacheState;
 use crate::meta::{AttrChange, NewNode, SizeChange};
@@ -63,7 +63,12 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 ns()?.lookup(r.parent, &r.name)?;
                 return Err(fs(Errno::EINVAL));
             };
-            let removed = ns()?.remove_entry(r.parent, &r.name, wanted, None)?;
+            let open = |ino| f.is_open(ino);
+            let by = By {
+                caller: None,
+                open: Some(&open),
+            };
+            let removed = ns()?.remove_entry(r.parent, &r.name, wanted, &by)?;
             Reply::of(&RemoveEntryReply {
                 removed: removed.into(),
             })
@@ -75,7 +80,12 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 ns()?.lookup(r.parent, &r.name)?;
                 return Err(fs(Errno::EINVAL));
             };
-            let removed = ns()?.remove_entry(r.parent, &r.name, wanted, Some(&caller))?;
+            let open = |ino| f.is_open(ino);
+            let by = By {
+                caller: Some(&caller),
+                open: Some(&open),
+            };
+            let removed = ns()?.remove_entry(r.parent, &r.name, wanted, &by)?;
             Reply::of(&RemoveEntryReply {
                 removed: removed.into(),
             })
@@ -92,14 +102,13 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 crate::names::check_name(&r.new_name)?;
                 return Err(fs(Errno::EINVAL));
             };
-            let renamed = ns()?.rename(
-                r.old_parent,
-                &r.old_name,
-                r.new_parent,
-                &r.new_name,
-                mode,
-                None,
-            )?;
+            let open = |ino| f.is_open(ino);
+            let by = By {
+                caller: None,
+                open: Some(&open),
+            };
+            let (op, np) = (r.old_parent, r.new_parent);
+            let renamed = ns()?.rename(op, &r.old_name, np, &r.new_name, mode, &by)?;
             Reply::of(&spillway_wire::RenameReply::from(renamed))
         }
         Request::CacheRenameReq(r) => {
@@ -110,7 +119,12 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 return Err(fs(Errno::EINVAL));
             };
             let (op, np) = (r.old_parent, r.new_parent);
-            let renamed = ns()?.rename(op, &r.old_name, np, &r.new_name, mode, Some(&caller))?;
+            let open = |ino| f.is_open(ino);
+            let by = By {
+                caller: Some(&caller),
+                open: Some(&open),
+            };
+            let renamed = ns()?.rename(op, &r.old_name, np, &r.new_name, mode, &by)?;
             Reply::of(&spillway_wire::RenameReply::from(renamed))
         }
         // May this caller reach the cached directory on the PFS (cache/reach.rs)?

@@ -46,6 +46,7 @@
 //! and the PFS versions of coherence at open (versions.rs).
 
 mod handles;
+mod hidden;
 mod sys;
 mod table;
 #[cfg(test)]
@@ -105,6 +106,29 @@ struct Memory {
     /// the files owing a drop.
     versions: HashMap<InodeNo, crate::cache::coherence::PfsVersion>,
     owed: HashSet<InodeNo>,
+    /// Files unlinked while open, under their hidden names (hidden.rs).
+    hidden: HashMap<InodeNo, hidden::Hidden>,
+}
+
+/// Who a removal or rename is made for: the caller it is made as on the PFS (`None`:
+/// root, for calls whose checks the client kernel made), and which files are open now
+/// (their last name is not removed but hidden until their last close, hidden.rs).
+pub(crate) struct By<'a> {
+    pub caller: Option<&'a Identity>,
+    pub open: Option<&'a dyn Fn(InodeNo) -> bool>,
+}
+
+impl By<'_> {
+    /// Root, with no file open.
+    #[cfg(test)]
+    pub(crate) const ROOT: By<'static> = By {
+        caller: None,
+        open: None,
+    };
+
+    fn is_open(&self, ino: InodeNo) -> bool {
+        self.open.is_some_and(|f| f(ino))
+    }
 }
 
 /// An inode opened by handle (O_PATH unless said), with its row and status.
@@ -114,8 +138,9 @@ struct Opened {
     row: Row,
 }
 
-/// A name beneath a directory: its inode's status and handle.
+/// A name beneath a directory: its inode (O_PATH), status and handle.
 struct Child {
+    fd: OwnedFd,
     st: libc::stat,
     handle: Handle,
 }
@@ -137,6 +162,10 @@ pub(crate) struct PfsNamespace {
 /// A name from a client as the C string of one component.
 fn cname(name: &[u8]) -> StoreResult<CString> {
     check_name(name)?;
+    // The names of files unlinked while open are the server's (hidden.rs).
+    if hidden::is_hidden_name(name) {
+        return Err(fs(Errno::EPERM));
+    }
     if name == b"." || name == b".." {
         return Err(fs(Errno::EINVAL));
     }
@@ -202,7 +231,7 @@ impl PfsNamespace {
         let dir = sys::reopen(&dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let (root, mount_id) = handles::handle_of(&dir)?;
         let table = Table::open(db, &root)?;
-        Ok(PfsNamespace {
+        let ns = PfsNamespace {
             dir,
             mount_id,
             home,
@@ -210,7 +239,9 @@ impl PfsNamespace {
             stripe_width,
             table: Mutex::new(Some(table)),
             memory: Mutex::new(Memory::default()),
-        })
+        };
+        ns.load_hidden()?;
+        Ok(ns)
     }
 
     fn with_table<T>(&self, f: impl FnOnce(&mut Table) -> StoreResult<T>) -> StoreResult<T> {
@@ -259,7 +290,7 @@ impl PfsNamespace {
         if mount_id != self.mount_id {
             return Err(fs(Errno::EXDEV));
         }
-        Ok(Child { st, handle })
+        Ok(Child { fd, st, handle })
     }
 
     /// The attributes shown for `ino`: the PFS's, with the geometry of its row and
@@ -297,7 +328,12 @@ impl PfsNamespace {
             blocks: u64::try_from(st.st_blocks).unwrap_or(0),
         };
         if kind == FileKind::Regular {
-            if let Some(o) = lock(&self.memory).overlays.get(&ino) {
+            let m = lock(&self.memory);
+            // Its hidden name is not one of its links (hidden.rs).
+            if m.hidden.contains_key(&ino) {
+                a.nlink = a.nlink.saturating_sub(1);
+            }
+            if let Some(o) = m.overlays.get(&ino) {
                 a.size = a.size.max(o.size);
                 if let Some(t) = o.mtime {
                     a.mtime = a.mtime.max(t);
@@ -346,6 +382,10 @@ impl PfsNamespace {
     }
 
     pub(crate) fn lookup(&self, parent: InodeNo, name: &[u8]) -> StoreResult<Found> {
+        if hidden::is_hidden_name(name) {
+            check_name(name)?;
+            return Err(fs(Errno::ENOENT));
+        }
         let name = cname(name)?;
         let dir = self.dir_fd(parent)?;
         let c = self.child(&dir, &name)?;
@@ -519,6 +559,14 @@ impl PfsNamespace {
         }
     }
 
+    /// Whether removing name `c` of `ino` takes the last name of a file open now.
+    fn must_hide(&self, c: &Child, ino: InodeNo, by: &By<'_>) -> bool {
+        kind_of(&c.st).ok() == Some(FileKind::Regular)
+            && c.st.st_nlink == 1
+            && !self.is_hidden(ino)
+            && by.is_open(ino)
+    }
+
     /// Remove `parent`/`name`; the entry removed, its number from the table. With a
     /// `caller`, the removal itself is made as that user, so the PFS's own checks
     /// (write and search on the directory, the sticky rule) judge whatever the name
@@ -528,7 +576,7 @@ impl PfsNamespace {
         parent: InodeNo,
         name: &[u8],
         wanted: Expect,
-        caller: Option<&Identity>,
+        by: &By<'_>,
     ) -> StoreResult<Entry> {
         let cn = cname(name)?;
         let dir = self.dir_fd(parent)?;
@@ -540,7 +588,16 @@ impl PfsNamespace {
             _ => {}
         }
         let (entry, attr) = self.entry_of(&c)?;
-        as_caller(caller, || sys::unlinkat(&dir, &cn, is_dir))?;
+        let hide = self.must_hide(&c, entry.ino, by);
+        if hide {
+            self.hide(parent, &dir, entry.ino, &c.fd)?;
+        }
+        if let Err(e) = as_caller(by.caller, || sys::unlinkat(&dir, &cn, is_dir)) {
+            if hide {
+                let _ = self.reap(entry.ino);
+            }
+            return Err(e);
+        }
         self.changed(parent);
         self.remember_gone(attr);
         // Its other links, if any, saw its ctime change.
@@ -585,7 +642,7 @@ impl PfsNamespace {
         new_parent: InodeNo,
         new_name: &[u8],
         mode: RenameMode,
-        caller: Option<&Identity>,
+        by: &By<'_>,
     ) -> StoreResult<Renamed> {
         let on = cname(old_name)?;
         let nn = cname(new_name)?;
@@ -607,7 +664,22 @@ impl PfsNamespace {
             RenameMode::NoReplace => libc::RENAME_NOREPLACE,
             RenameMode::Exchange => libc::RENAME_EXCHANGE,
         };
-        as_caller(caller, || sys::renameat2(&od, &on, &nd, &nn, flags))?;
+        // An open file replaced loses its last name: hidden first (hidden.rs).
+        let hide = match (&target, &replaced) {
+            (Some(t), Some((e, _))) if mode == RenameMode::Replace && e.ino != moved.ino => {
+                self.must_hide(t, e.ino, by).then_some(e.ino)
+            }
+            _ => None,
+        };
+        if let (Some(ino), Some(t)) = (hide, &target) {
+            self.hide(new_parent, &nd, ino, &t.fd)?;
+        }
+        if let Err(e) = as_caller(by.caller, || sys::renameat2(&od, &on, &nd, &nn, flags)) {
+            if let Some(ino) = hide {
+                let _ = self.reap(ino);
+            }
+            return Err(e);
+        }
         self.changed(old_parent);
         self.changed(new_parent);
         // The inodes moved or unlinked saw their ctime change.
@@ -716,6 +788,9 @@ impl PfsNamespace {
         let mut found: Vec<(&[u8], Child)> = Vec::new();
         let mut more = false;
         for name in &names[start..] {
+            if hidden::is_hidden_name(name) {
+                continue;
+            }
             if found.len() == max {
                 more = true;
                 break;

@@ -25,6 +25,11 @@ CREATE TABLE IF NOT EXISTS inodes (
     stripe_width INTEGER NOT NULL DEFAULT 0,
     UNIQUE (handle_type, handle)
 );
+CREATE TABLE IF NOT EXISTS hidden (
+    counter INTEGER PRIMARY KEY,
+    parent  INTEGER NOT NULL,
+    name    BLOB NOT NULL
+);
 ";
 
 /// The root directory's counter.
@@ -240,6 +245,48 @@ impl Table {
             params![key, i64::from(stripe_size), i64::from(stripe_width)],
         )?;
         Ok(n == 1)
+    }
+
+    /// Files unlinked while open, kept under a hidden name until their last close
+    /// (hidden.rs): counter → (parent counter, hidden name).
+    pub(super) fn hidden(&self) -> StoreResult<Vec<(u64, u64, Vec<u8>)>> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT counter, parent, name FROM hidden")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (c, p, n) = row?;
+            out.push((u64_of(c)?, u64_of(p)?, n));
+        }
+        Ok(out)
+    }
+
+    pub(super) fn set_hidden(&self, counter: u64, parent: u64, name: &[u8]) -> StoreResult<()> {
+        let (Ok(c), Ok(p)) = (i64::try_from(counter), i64::try_from(parent)) else {
+            return Err(StoreError::Corrupt(format!(
+                "counter {counter} out of range"
+            )));
+        };
+        self.conn.execute(
+            "INSERT OR REPLACE INTO hidden(counter, parent, name) VALUES (?1, ?2, ?3)",
+            params![c, p, name],
+        )?;
+        Ok(())
+    }
+
+    pub(super) fn forget_hidden(&self, counter: u64) -> StoreResult<()> {
+        if let Ok(c) = i64::try_from(counter) {
+            self.conn
+                .execute("DELETE FROM hidden WHERE counter = ?1", params![c])?;
+        }
+        Ok(())
     }
 
     pub(super) fn count(&self) -> StoreResult<u64> {

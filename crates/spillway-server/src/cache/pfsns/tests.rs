@@ -254,23 +254,23 @@ fn removals_answer_the_pfs_errnos() {
         f.ns.create(&node(d.ino, "f", FileKind::Regular, 0o644))
             .unwrap();
     assert_eq!(
-        errno(f.ns.remove_entry(ROOT_INODE, b"d", Expect::Dir, None)),
+        errno(f.ns.remove_entry(ROOT_INODE, b"d", Expect::Dir, &By::ROOT)),
         Errno::ENOTEMPTY
     );
     assert_eq!(
-        errno(f.ns.remove_entry(ROOT_INODE, b"d", Expect::NotDir, None)),
+        errno(f.ns.remove_entry(ROOT_INODE, b"d", Expect::NotDir, &By::ROOT)),
         Errno::EISDIR
     );
     assert_eq!(
-        errno(f.ns.remove_entry(d.ino, b"f", Expect::Dir, None)),
+        errno(f.ns.remove_entry(d.ino, b"f", Expect::Dir, &By::ROOT)),
         Errno::ENOTDIR
     );
     assert_eq!(
-        errno(f.ns.remove_entry(d.ino, b"nope", Expect::Any, None)),
+        errno(f.ns.remove_entry(d.ino, b"nope", Expect::Any, &By::ROOT)),
         Errno::ENOENT
     );
     assert_eq!(
-        errno(f.ns.remove_entry(file.ino, b"x", Expect::Any, None)),
+        errno(f.ns.remove_entry(file.ino, b"x", Expect::Any, &By::ROOT)),
         Errno::ENOTDIR
     );
     assert_eq!(
@@ -279,7 +279,7 @@ fn removals_answer_the_pfs_errnos() {
     );
 
     let gone =
-        f.ns.remove_entry(d.ino, b"f", Expect::NotDir, None)
+        f.ns.remove_entry(d.ino, b"f", Expect::NotDir, &By::ROOT)
             .unwrap();
     assert_eq!(
         gone,
@@ -297,7 +297,7 @@ fn removals_answer_the_pfs_errnos() {
         (2, m.mtime(), m.mtime_nsec())
     );
     let gone =
-        f.ns.remove_entry(ROOT_INODE, b"d", Expect::Dir, None)
+        f.ns.remove_entry(ROOT_INODE, b"d", Expect::Dir, &By::ROOT)
             .unwrap();
     assert_eq!(
         gone,
@@ -316,13 +316,13 @@ fn removals_answer_the_pfs_errnos() {
     f.ns.create(&node(dir2.ino, "x", FileKind::Regular, 0o644))
         .unwrap();
     assert_eq!(
-        f.ns.remove_entry(dir2.ino, b"x", Expect::Any, None)
+        f.ns.remove_entry(dir2.ino, b"x", Expect::Any, &By::ROOT)
             .unwrap()
             .kind,
         FileKind::Regular
     );
     assert_eq!(
-        f.ns.remove_entry(ROOT_INODE, b"d2", Expect::Any, None)
+        f.ns.remove_entry(ROOT_INODE, b"d2", Expect::Any, &By::ROOT)
             .unwrap()
             .kind,
         FileKind::Directory
@@ -345,7 +345,7 @@ fn renames_plain_noreplace_and_exchange() {
         ROOT_INODE,
         b"b",
         RenameMode::NoReplace,
-        None,
+        &By::ROOT,
     );
     assert_eq!(errno(r), Errno::EEXIST);
     let r =
@@ -355,7 +355,7 @@ fn renames_plain_noreplace_and_exchange() {
             ROOT_INODE,
             b"b",
             RenameMode::Replace,
-            None,
+            &By::ROOT,
         )
         .unwrap();
     assert_eq!(
@@ -370,8 +370,15 @@ fn renames_plain_noreplace_and_exchange() {
     assert_eq!(f.ns.link_count(b.ino, -1).unwrap().nlink, 0);
 
     let r =
-        f.ns.rename(ROOT_INODE, b"b", sub.ino, b"c", RenameMode::NoReplace, None)
-            .unwrap();
+        f.ns.rename(
+            ROOT_INODE,
+            b"b",
+            sub.ino,
+            b"c",
+            RenameMode::NoReplace,
+            &By::ROOT,
+        )
+        .unwrap();
     assert_eq!(
         r,
         Renamed {
@@ -384,8 +391,15 @@ fn renames_plain_noreplace_and_exchange() {
     std::fs::write(f.pfs.join("x"), b"X").unwrap();
     let x = f.ns.lookup(ROOT_INODE, b"x").unwrap().entry;
     let r =
-        f.ns.rename(sub.ino, b"c", ROOT_INODE, b"x", RenameMode::Exchange, None)
-            .unwrap();
+        f.ns.rename(
+            sub.ino,
+            b"c",
+            ROOT_INODE,
+            b"x",
+            RenameMode::Exchange,
+            &By::ROOT,
+        )
+        .unwrap();
     assert_eq!(
         r,
         Renamed {
@@ -402,7 +416,7 @@ fn renames_plain_noreplace_and_exchange() {
         ROOT_INODE,
         b"missing",
         RenameMode::Exchange,
-        None,
+        &By::ROOT,
     );
     assert_eq!(errno(r), Errno::ENOENT);
     let r = f.ns.rename(
@@ -411,7 +425,7 @@ fn renames_plain_noreplace_and_exchange() {
         ROOT_INODE,
         b"y",
         RenameMode::Replace,
-        None,
+        &By::ROOT,
     );
     assert_eq!(errno(r), Errno::ENOENT);
     // A directory onto a non-empty one, and onto a file.
@@ -422,7 +436,7 @@ fn renames_plain_noreplace_and_exchange() {
         ROOT_INODE,
         b"sub",
         RenameMode::Replace,
-        None,
+        &By::ROOT,
     );
     assert_eq!(errno(r), Errno::ENOTEMPTY);
     let r = f.ns.rename(
@@ -431,7 +445,7 @@ fn renames_plain_noreplace_and_exchange() {
         ROOT_INODE,
         b"x",
         RenameMode::Replace,
-        None,
+        &By::ROOT,
     );
     assert_eq!(errno(r), Errno::ENOTDIR);
 }
@@ -483,10 +497,10 @@ fn hard_links_and_link_counts() {
     );
 
     std::fs::write(f.pfs.join("f"), b"12345").unwrap();
-    f.ns.remove_entry(ROOT_INODE, b"f", Expect::NotDir, None)
+    f.ns.remove_entry(ROOT_INODE, b"f", Expect::NotDir, &By::ROOT)
         .unwrap();
     assert_eq!(f.ns.link_count(a.ino, -1).unwrap().nlink, 1);
-    f.ns.remove_entry(ROOT_INODE, b"g", Expect::NotDir, None)
+    f.ns.remove_entry(ROOT_INODE, b"g", Expect::NotDir, &By::ROOT)
         .unwrap();
     let last = f.ns.link_count(a.ino, -1).unwrap();
     assert_eq!((last.ino, last.nlink, last.size), (a.ino, 0, 5));
@@ -569,7 +583,7 @@ fn read_dir_pages_in_byte_order() {
     let next = f.ns.read_dir(ROOT_INODE, b"Z", 1, false).unwrap();
     assert_eq!(names(&next), vec![b"a.b".to_vec()]);
     // And a name removed through the namespace too.
-    f.ns.remove_entry(ROOT_INODE, b"aa", Expect::Any, None)
+    f.ns.remove_entry(ROOT_INODE, b"aa", Expect::Any, &By::ROOT)
         .unwrap();
     let next = f.ns.read_dir(ROOT_INODE, b"a.b", 1, false).unwrap();
     assert_eq!(names(&next), vec![b"b".to_vec()]);
@@ -942,7 +956,7 @@ fn a_symlink_out_of_the_tree_is_never_followed() {
         assert_eq!(errno(f.ns.create(&n)), Errno::ENOTDIR, "{kind:?}");
     }
     assert_eq!(
-        errno(f.ns.remove_entry(esc.ino, b"secret", Expect::Any, None)),
+        errno(f.ns.remove_entry(esc.ino, b"secret", Expect::Any, &By::ROOT)),
         Errno::ENOTDIR
     );
     let r = f.ns.rename(
@@ -951,7 +965,7 @@ fn a_symlink_out_of_the_tree_is_never_followed() {
         ROOT_INODE,
         b"stolen",
         RenameMode::Replace,
-        None,
+        &By::ROOT,
     );
     assert_eq!(errno(r), Errno::ENOTDIR);
     let e = Entry {
@@ -1022,24 +1036,24 @@ fn a_symlink_out_of_the_tree_is_never_followed() {
         ROOT_INODE,
         b"esc2",
         RenameMode::Replace,
-        None,
+        &By::ROOT,
     )
     .unwrap();
     assert!(lmeta(&f.pfs.join("esc2")).file_type().is_symlink());
     assert_eq!(
-        f.ns.remove_entry(ROOT_INODE, b"esc2", Expect::Dir, None)
+        f.ns.remove_entry(ROOT_INODE, b"esc2", Expect::Dir, &By::ROOT)
             .err()
             .map(|e| e.errno()),
         Some(Errno::ENOTDIR)
     );
     assert_eq!(
-        f.ns.remove_entry(ROOT_INODE, b"esc2", Expect::NotDir, None)
+        f.ns.remove_entry(ROOT_INODE, b"esc2", Expect::NotDir, &By::ROOT)
             .unwrap(),
         esc
     );
-    f.ns.remove_entry(ROOT_INODE, b"fesc", Expect::Any, None)
+    f.ns.remove_entry(ROOT_INODE, b"fesc", Expect::Any, &By::ROOT)
         .unwrap();
-    f.ns.remove_entry(ROOT_INODE, b"fesc2", Expect::Any, None)
+    f.ns.remove_entry(ROOT_INODE, b"fesc2", Expect::Any, &By::ROOT)
         .unwrap();
 
     // The outside is as it was.
@@ -1145,7 +1159,7 @@ fn bad_names_are_refused_with_check_names_errno() {
         let n = NewNode::new(ROOT_INODE, name, FileKind::Regular, 0o644, 0, 0);
         assert_eq!(errno(f.ns.create(&n)), e, "{name:?}");
         assert_eq!(
-            errno(f.ns.remove_entry(ROOT_INODE, name, Expect::Any, None)),
+            errno(f.ns.remove_entry(ROOT_INODE, name, Expect::Any, &By::ROOT)),
             e,
             "{name:?}"
         );
@@ -1155,7 +1169,7 @@ fn bad_names_are_refused_with_check_names_errno() {
             ROOT_INODE,
             name,
             RenameMode::Replace,
-            None,
+            &By::ROOT,
         );
         assert_eq!(errno(r), e, "{name:?}");
         let r = f.ns.rename(
@@ -1164,7 +1178,7 @@ fn bad_names_are_refused_with_check_names_errno() {
             ROOT_INODE,
             b"z",
             RenameMode::Replace,
-            None,
+            &By::ROOT,
         );
         assert_eq!(errno(r), e, "{name:?}");
     }
@@ -1323,11 +1337,11 @@ fn versions_follow_our_own_calls_and_not_the_pfs_users() {
         ROOT_INODE,
         b"moved",
         RenameMode::NoReplace,
-        None,
+        &By::ROOT,
     )
     .unwrap();
     unchanged("rename");
-    f.ns.remove_entry(ROOT_INODE, b"link", Expect::NotDir, None)
+    f.ns.remove_entry(ROOT_INODE, b"link", Expect::NotDir, &By::ROOT)
         .unwrap();
     unchanged("unlink of another link");
     assert_eq!(f.ns.seen(ino).unwrap().unwrap().now, version("moved"));
@@ -1378,4 +1392,61 @@ fn the_size_overlay_goes_once_the_pfs_caught_up() {
     // Gone: a later truncation on the PFS shows.
     std::fs::write(&p, b"ab").unwrap();
     assert_eq!(f.ns.get_attr(ino).unwrap().size, 2);
+}
+
+#[test]
+fn the_last_name_of_an_open_file_is_hidden_until_reaped() {
+    let f = fx();
+    std::fs::write(f.pfs.join("f"), b"data").unwrap();
+    std::fs::write(f.pfs.join("g"), b"other").unwrap();
+    let ino = f.ns.lookup(ROOT_INODE, b"f").unwrap().entry.ino;
+    let open = |i: InodeNo| i == ino;
+    let by = By {
+        caller: None,
+        open: Some(&open),
+    };
+    f.ns.remove_entry(ROOT_INODE, b"f", Expect::NotDir, &by)
+        .unwrap();
+    // Gone from the mount's view, kept on the PFS under a hidden name, no link shown.
+    assert_eq!(errno(f.ns.lookup(ROOT_INODE, b"f")), Errno::ENOENT);
+    let hidden = format!(".spillway-unlinked-{:016x}", ino.0);
+    assert_eq!(std::fs::read(f.pfs.join(&hidden)).unwrap(), b"data");
+    assert_eq!(
+        errno(f.ns.lookup(ROOT_INODE, hidden.as_bytes())),
+        Errno::ENOENT
+    );
+    let page = f.ns.read_dir(ROOT_INODE, b"", 100, false).unwrap();
+    assert_eq!(names(&page), vec![b"g".to_vec()]);
+    assert_eq!(f.ns.link_count(ino, -1).unwrap().nlink, 0);
+    assert_eq!(f.ns.get_attr(ino).unwrap().nlink, 0);
+    // No client names a hidden name.
+    let n = node(ROOT_INODE, &hidden, FileKind::Regular, 0o644);
+    assert_eq!(errno(f.ns.create(&n)), Errno::EPERM);
+    // A restart remembers it; the last close removes it.
+    drop(f.ns);
+    let ns = open_ns(&f.pfs, &f.db).unwrap();
+    assert!(ns.is_hidden(ino));
+    assert_eq!(ns.hidden_due(&|_| true), Vec::<InodeNo>::new());
+    ns.reap(ino).unwrap();
+    assert!(!f.pfs.join(&hidden).exists());
+    assert!(!ns.is_hidden(ino));
+    // A rename over an open file hides the file replaced.
+    let g = ns.lookup(ROOT_INODE, b"g").unwrap().entry.ino;
+    std::fs::write(f.pfs.join("h"), b"new").unwrap();
+    let open_g = |i: InodeNo| i == g;
+    let by = By {
+        caller: None,
+        open: Some(&open_g),
+    };
+    ns.rename(ROOT_INODE, b"h", ROOT_INODE, b"g", RenameMode::Replace, &by)
+        .unwrap();
+    assert_eq!(std::fs::read(f.pfs.join("g")).unwrap(), b"new");
+    let hidden_g = f.pfs.join(format!(".spillway-unlinked-{:016x}", g.0));
+    assert_eq!(std::fs::read(&hidden_g).unwrap(), b"other");
+    ns.reap(g).unwrap();
+    assert!(!hidden_g.exists());
+    // A file that is not open goes at once.
+    ns.remove_entry(ROOT_INODE, b"g", Expect::NotDir, &by)
+        .unwrap();
+    assert_eq!(std::fs::read_dir(&f.pfs).unwrap().count(), 0);
 }
