@@ -72,6 +72,33 @@ def test_a_cache_configuration_shows_and_writes_behind_to_its_directory(site, pf
     assert H.read_file(os.path.join(d, "output")) == data
 
 
+def test_sync_to_pfs_makes_fsync_and_fdatasync_reach_the_pfs(site, pfs, users):
+    """DataWarp's sync_to_pfs (issue 30, item 6): with it on, fsync and fdatasync return
+    once the file's changes are on the PFS, the file still open."""
+    user = users[0]
+    d = os.path.join(pfs, "job_sync")
+    user.run(os.mkdir, d)
+    s, c, mnt = cache_job(site, "7003", user, d, sync_to_pfs=True)
+    assert site.api("GET", f"/dw/v1/configurations/{c['id']}")["sync_to_pfs"] is True
+
+    def write_and_sync(path, data, sync):
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, data)
+            sync(fd)
+            # Still open: what the PFS holds now is what the sync put there.
+            with open(os.path.join(d, os.path.basename(path)), "rb") as f:
+                return f.read()
+        finally:
+            os.close(fd)
+
+    for name, sync in (("fsynced", os.fsync), ("fdatasynced", os.fdatasync)):
+        data = os.urandom(3 * MiB + 11)
+        assert user.run(write_and_sync, os.path.join(mnt, name), data, sync) == data, name
+    site.api("DELETE", f"/dw/v1/sessions/{s['id']}")
+    site.wait_gone("sessions", s["id"], timeout=90)
+
+
 def test_a_teardown_waits_for_a_pfs_it_cannot_write(site, pfs, users):
     user = users[0]
     d = os.path.join(pfs, "job2")

@@ -565,6 +565,9 @@ pub mod flush_scope {
     /// As `FILE`, if the instance's `sync_on_close` policy is on (a close; otherwise
     /// answered at once).
     pub const ON_CLOSE: u8 = 2;
+    /// As `FILE`, if the instance's `sync_to_pfs` policy is on (an fsync or fdatasync,
+    /// after the file's bytes are durable on the servers; otherwise answered at once).
+    pub const ON_FSYNC: u8 = 3;
 }
 wire_struct!(
     /// Write a file's cached changes to the PFS and wait until they are there

@@ -152,11 +152,18 @@ impl SpillwayFs {
     }
 
     /// This client's writes durable on the servers; without any, the inode's metadata.
+    /// A cache whose `sync_to_pfs` policy is on: then the file's changes on every
+    /// server are written to the PFS and synced there before the fsync returns (the
+    /// namespace server knows the policy; DataWarp's definition, docs/cache.md).
     pub(super) fn do_fsync(&self, i: InodeNo) -> R<()> {
         match self.t.writeback(i) {
             Some(wb) => wb.fsync().map(|a| self.note_flushed(a)),
             None => self.inst.sync_meta(i),
+        }?;
+        if self.inst.desc.cache {
+            self.inst.cache_flush(i, flush_scope::ON_FSYNC)?;
         }
+        Ok(())
     }
 
     /// The end of an open file description. The file's last release here flushes and

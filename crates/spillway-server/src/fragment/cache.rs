@@ -589,7 +589,7 @@ impl super::Fragment {
     /// `CacheFlushReq`: write a file's cached changes to the PFS and return once they
     /// are there: this server's stripes (`HERE`), or, on the namespace server, those
     /// of every server of the file's layout (`FILE`; `ON_CLOSE` only when the
-    /// instance's `sync_on_close` is on).
+    /// instance's `sync_on_close` is on, `ON_FSYNC` only when its `sync_to_pfs` is).
     pub(crate) fn cache_flush(&self, c: &CacheState, ino: InodeNo, scope: u8) -> StoreResult<()> {
         use spillway_wire::flush_scope;
         let here = || {
@@ -600,7 +600,8 @@ impl super::Fragment {
         match scope {
             flush_scope::HERE => return here(),
             flush_scope::ON_CLOSE if !c.config.sync_on_close => return Ok(()),
-            flush_scope::FILE | flush_scope::ON_CLOSE => {}
+            flush_scope::ON_FSYNC if !c.config.sync_to_pfs => return Ok(()),
+            flush_scope::FILE | flush_scope::ON_CLOSE | flush_scope::ON_FSYNC => {}
             _ => return Err(fs(Errno::EINVAL)),
         }
         let ns = c.ns.as_ref().ok_or(fs(Errno::ESTALE))?;

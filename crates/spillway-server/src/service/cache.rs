@@ -257,9 +257,8 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
         Request::SyncDataReq(r) => {
             f.data.sync(r.ino)?;
             c.stripes.sync(r.ino)?;
-            if c.config.sync_to_pfs {
-                c.stripes.flush_inode(&f.data, &f.resolving(c), r.ino)?;
-            }
+            // `sync_to_pfs` is the client's next call (`CacheFlushReq` ON_FSYNC to the
+            // namespace server, which asks every server of the layout).
             empty()
         }
         Request::DeleteDataReq(r) => {
