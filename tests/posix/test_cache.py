@@ -406,3 +406,50 @@ def test_an_open_file_keeps_its_data_after_its_last_name_goes(cache):
     assert sorted(os.listdir(d)) == ["b", "f"]
     # The server's names for such files cannot be made or seen through the mount.
     assert_errno(errno.EPERM, H.write_file, p(m, ".spillway-unlinked-1"), b"x")
+
+
+def test_cluster_down_writes_the_cache_behind_or_refuses(spillway_bin, pfs):
+    """`spillway cluster down` of a cache (issue 30, item 8): every byte written through
+    the mount reaches the PFS before the servers go; while it cannot (the PFS read-only)
+    the command fails saying so, the servers keep the data, and a later `down` ends it."""
+    import subprocess
+
+    d = os.path.join(pfs, "down")
+    os.mkdir(d)
+    c = H.Cluster(spillway_bin, "cachedown", servers=2, capacity="512M", stripe_size="64K")
+    tun = os.path.join(c.dir, "tunables")
+    with open(tun, "w") as f:
+        f.write(f"pfs_roots = {pfs}\n")
+    try:
+        c.up(extra=["--cache-pfs", d, "--tunables", tun])
+        data = os.urandom(10 * MiB + 3)
+        H.write_file(p(c.mnt, "copied"), data)
+        subprocess.run(["sync", "-f", p(c.mnt, "copied")], check=True)
+        H.run_cli(spillway_bin, ["cluster", "down", "--dir", c.dir])
+        assert H.read_file(os.path.join(d, "copied")) == data
+        assert not os.path.exists(c.dir)
+
+        c = H.Cluster(spillway_bin, "cachedown", servers=2, capacity="512M", stripe_size="64K")
+        with open(os.path.join(c.dir, "tunables"), "w") as f:
+            f.write(f"pfs_roots = {pfs}\n")
+        c.up(extra=["--cache-pfs", d, "--tunables", os.path.join(c.dir, "tunables")])
+        late = os.urandom(3 * MiB + 1)
+        H.write_file(p(c.mnt, "late"), late)
+        subprocess.run(["mount", "-o", "remount,ro", pfs], check=True)
+        try:
+            r = H.run_cli(spillway_bin, ["cluster", "down", "--dir", c.dir], check=False)
+            assert r.returncode != 0
+            assert "could not be written" in r.stderr, r.stderr
+            assert os.path.exists(c.dir)
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", pfs], check=True)
+        deadline = time.monotonic() + 90
+        while True:
+            r = H.run_cli(spillway_bin, ["cluster", "down", "--dir", c.dir], check=False)
+            if r.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        assert r.returncode == 0, r.stderr
+        assert H.read_file(os.path.join(d, "late")) == late
+    finally:
+        c.teardown()

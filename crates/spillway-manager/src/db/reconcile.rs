@@ -224,10 +224,16 @@ impl Db {
         Ok(())
     }
 
+    /// Fragments to destroy now. An instance's fragment 0 goes last, once its other
+    /// fragments are gone: in a cache instance it holds the namespace, through which
+    /// the others reach the PFS files they still write behind as they go.
     pub fn destroy_work(&self) -> DbResult<Vec<DestroyFragment>> {
         let mut st = self.conn().prepare_cached(
             "SELECT f.id, f.instance, n.address FROM fragments f JOIN nodes n ON n.id = f.node
-             WHERE f.goal = 'destroy' AND f.failures < ?1 AND n.online = 1 ORDER BY f.id",
+             WHERE f.goal = 'destroy' AND f.failures < ?1 AND n.online = 1
+               AND (f.idx <> 0 OR NOT EXISTS (
+                    SELECT 1 FROM fragments o WHERE o.instance = f.instance AND o.idx <> 0))
+             ORDER BY f.id",
         )?;
         let rows = st
             .query_map([FUSE_LIMIT], |r| {

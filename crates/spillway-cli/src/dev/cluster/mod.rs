@@ -421,6 +421,13 @@ fn down(dir: &Path, keep_data: bool, force: bool) -> Result<(), String> {
             errors.push(e);
         }
     }
+    // A cache's servers may hold bytes written through the mount and not yet on the
+    // PFS: each writes them there as its fragment is destroyed, or refuses while it
+    // cannot. Nothing stops then (kept data resumes writing behind at a `down
+    // --keep-data` and `up`, so that needs no flush).
+    if st.cache_pfs.is_some() && !keep_data {
+        write_back_cache(&st)?;
+    }
     for s in &st.servers {
         if let Some(pid) = s.pid {
             if alive(pid) {
@@ -449,6 +456,41 @@ fn down(dir: &Path, keep_data: bool, force: bool) -> Result<(), String> {
     } else {
         Err(errors.join("; "))
     }
+}
+
+/// Destroy every running server's fragment of a cache cluster, which writes its dirty
+/// bytes to the PFS first, server 0 (the namespace) last. A server that cannot (the PFS unwritable, full) answers an
+/// error, and the servers are left running, still writing behind, with the reason.
+fn write_back_cache(st: &ClusterState) -> Result<(), String> {
+    let mut refused = Vec::new();
+    // The namespace server (0) last: the others reach the PFS files through it.
+    for s in st.servers.iter().rev() {
+        if !s.pid.is_some_and(alive) {
+            continue;
+        }
+        let r = admin(s).and_then(|ep| {
+            ep.call(&FragmentDestroyReq {
+                instance: st.instance,
+            })
+            .map_err(|e| e.to_string())
+        });
+        if let Err(e) = r {
+            refused.push(format!("server {}: {e}", s.index));
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the cache still holds data written through it that could not be written to {} ({}); \
+         the mounts are gone but the servers keep running and keep writing it behind: \
+         make the PFS writable and run `spillway cluster down` again \
+         (or `--keep-data` to stop them with the data kept)",
+        st.cache_pfs
+            .as_ref()
+            .map_or_else(String::new, |p| p.display().to_string()),
+        refused.join("; ")
+    ))
 }
 
 /// Stop server `index` with `signal` (SIGKILL if it outlives 15 s).
