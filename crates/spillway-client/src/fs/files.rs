@@ -218,6 +218,7 @@ impl SpillwayFs {
             typ,
             pid,
             tid,
+            uid: req.uid(),
         }
     }
 }
