@@ -210,6 +210,42 @@ def test_agent_restart_keeps_mounts_and_finishes_unmounts(site_factory):
     assert not H.is_mounted(a["mount"])
 
 
+def test_replacing_the_binary_under_a_running_site_keeps_mounting(spillway_bin, munged, _local_base):
+    """Issue 30, item 5: an upgrade replaces `spillway` under a running site (a new file
+    renamed over the old, as `install` does). New activations must still mount: the
+    agent used to run /proc/self/exe, which then names "spillway (deleted)", and every
+    mount failed with "No such file or directory"."""
+    bindir = tempfile.mkdtemp(prefix="upgrade-bin-", dir=_local_base)
+    os.chmod(bindir, 0o755)
+    exe = os.path.join(bindir, "spillway")
+    shutil.copy2(spillway_bin, exe)
+    try:
+        with running_site(exe, _local_base, munged, servers=1) as site:
+            s, i, c = site.persistent("upgrade", GiB)
+            a = site.api("POST", "/dw/v1/activations", {"session": s["id"], "configuration": c["id"]})
+            site.wait_state("activations", a["id"])
+            assert H.is_mounted(a["mount"])
+            # The upgrade: a new file beside it, renamed over it.
+            fresh = os.path.join(bindir, ".spillway.new")
+            shutil.copy2(spillway_bin, fresh)
+            os.rename(fresh, exe)
+            agent = [p for p in H.pids_mentioning(site.dir) if b"agent" in H.cmdline(p)]
+            assert agent and all(os.readlink(f"/proc/{p}/exe").endswith("(deleted)") for p in agent), (
+                "the running agent's binary was replaced")
+            s2, i2, c2 = site.persistent("upgrade2", GiB)
+            a2 = site.api("POST", "/dw/v1/activations", {"session": s2["id"], "configuration": c2["id"]})
+            o = site.wait_state("activations", a2["id"], timeout=30)
+            assert o["nodes"][0]["status"] == "mounted", o
+            assert H.is_mounted(a2["mount"])
+            H.write_file(os.path.join(a2["mount"], "after-upgrade"), b"mounted by the new binary")
+            assert H.read_file(os.path.join(a2["mount"], "after-upgrade")) == b"mounted by the new binary"
+            for act in (a, a2):
+                site.api("DELETE", f"/dw/v1/activations/{act['id']}")
+                site.wait_gone("activations", act["id"])
+    finally:
+        shutil.rmtree(bindir, ignore_errors=True)
+
+
 def test_failed_mount_is_reported_not_hidden(site_factory, tmp_path):
     site = site_factory(servers=1)
     s, i, c = site.persistent("badmount", GiB)

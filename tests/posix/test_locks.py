@@ -394,3 +394,100 @@ def test_o_creat_of_a_directory_or_a_symlink_made_elsewhere(pair):
     os.close(fd)
     assert H.read_file(os.path.join(a, "target")) == b"through the link"
     assert os.path.islink(os.path.join(a, "s"))
+
+
+# =========================================================================== blocked waiters: a cap per user
+
+WAITERS_PER_UID = 64  # the client tunable lock_waiters_per_uid's default
+
+
+def client_pid(mnt):
+    """The FUSE client process serving mount point `mnt` (not another mount's)."""
+    pids = [p for p in H.pids_mentioning(mnt)
+            if b"mount" in H.cmdline(p) and mnt.encode() in H.cmdline(p)]
+    assert len(pids) == 1, (mnt, pids)
+    return pids[0]
+
+
+def threads_of(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
+
+
+def flock_waiters(path, n):
+    """As the calling user: n threads, each with its own open file description, wait
+    for an exclusive flock on `path` (blocking), hold it for a moment and drop it.
+    Each thread's outcome: 'granted' or the errno's name."""
+    results = [None] * n
+
+    def one(i):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as e:
+            results[i] = errno.errorcode[e.errno]
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            results[i] = "granted"
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError as e:
+            results[i] = errno.errorcode[e.errno]
+        finally:
+            os.close(fd)
+
+    ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    return results
+
+
+def test_blocked_waiters_are_capped_per_user_and_cost_no_thread_each(cluster, fresh_dir, user, user2, as_user):
+    """Attack (issue 30, item 4): one user starts many blocked flock waiters on a file
+    root holds. Past the cap (64 per uid in a mount) they get ENOLCK at once; the root
+    client's thread count stays bounded (it grew by one thread per waiter: 400 waiters,
+    from 16 to 417 threads); another user's waiter is still served meanwhile; once the
+    holder releases, every admitted waiter proceeds."""
+    d = fresh_dir(cluster)
+    os.chmod(d, 0o777)
+    f, g = os.path.join(d, "f"), os.path.join(d, "g")
+    for path in (f, g):
+        H.create_file(path, b"", mode=0o666)
+        os.chmod(path, 0o666)
+    pid = client_pid(cluster.mnt)
+    hf, hg = Holder(f, "flock"), Holder(g, "flock")
+    try:
+        base = threads_of(pid)
+        n = WAITERS_PER_UID + 36
+        out = {}
+        flood = threading.Thread(target=lambda: out.update(r=as_user(user.uid, user.gid, flock_waiters, f, n)))
+        flood.start()
+        # Let every waiter reach the client (blocked or refused), watching the threads.
+        most = base
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            most = max(most, threads_of(pid))
+            time.sleep(0.05)
+        # One waiting thread per server of the instance at most (3 here).
+        assert most <= base + CLUSTER_OPTS["servers"], (
+            f"the client grew from {base} to {most} threads for {n} blocked waiters")
+        # Another user's waiter on another file is served while the first user's wait.
+        other = {}
+        t2 = threading.Thread(target=lambda: other.update(r=as_user(user2.uid, user2.gid, flock_waiters, g, 1)))
+        t2.start()
+        time.sleep(0.5)
+        hg.unlock()
+        t2.join(20)
+        assert other.get("r") == ["granted"], other
+        # The holder lets go: each admitted waiter gets the lock in turn.
+        hf.unlock()
+        flood.join(120)
+        assert not flood.is_alive(), "the admitted waiters did not all proceed"
+        results = out["r"]
+        assert results.count("ENOLCK") == n - WAITERS_PER_UID, results
+        assert results.count("granted") == WAITERS_PER_UID, results
+        assert threads_of(pid) <= base + CLUSTER_OPTS["servers"]
+    finally:
+        hf.kill()
+        hg.kill()

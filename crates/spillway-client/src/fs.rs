@@ -131,7 +131,7 @@ impl SpillwayFs {
             gate,
             ahead,
             grants: Grants::new(inst.clone(), &tun),
-            locks: Locks::new(inst.clone()),
+            locks: Locks::new(inst.clone(), tun.lock_waiters_per_uid),
             lost: invalidator(notifier.clone(), root.clone()),
             inst,
             t: Tables::default(),

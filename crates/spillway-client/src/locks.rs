@@ -2,12 +2,14 @@
 //! for this client's connection there (the server's `locks` module;
 //! docs/data-plane.md, "Locks").
 //!
-//! * Blocking requests (F_SETLKW, flock without LOCK_NB) that meet a conflict are
-//!   handed to a thread of their own that asks again with a growing pause (2 ms to
-//!   50 ms), so no FUSE worker waits. fuser answers FUSE_INTERRUPT with ENOSYS, so the
-//!   kernel never tells us of a signal; the waiting thread looks at the caller's
-//!   pending signals in /proc instead and answers EINTR (the kernel restarts the call
-//!   under SA_RESTART, as for a local lock).
+//! * Blocking requests (F_SETLKW, flock without LOCK_NB) that meet a conflict wait in
+//!   their home server's queue (`waiters.rs`: one thread per server, not per waiter;
+//!   at most `lock_waiters_per_uid` per caller, ENOLCK past it) and are asked again
+//!   with a growing pause (2 ms to 50 ms, at once when this mount drops a lock on the
+//!   file), so no FUSE worker waits. fuser answers FUSE_INTERRUPT with ENOSYS, so the
+//!   kernel never tells us of a signal; before each try the caller's pending signals
+//!   are read in /proc instead, and a signalled waiter answers EINTR (the kernel
+//!   restarts the call under SA_RESTART, as for a local lock).
 //! * Locks live as long as the connection they were taken on, and while this client
 //!   renews them (every `RENEW`; the home drops them after `LOCK_LEASE` of silence).
 //!   A lock lost with its connection or lease is not taken again: the owner's next
@@ -16,7 +18,9 @@
 //!   close of an open file description (FUSE release) drops its flocks and the OFD
 //!   locks taken through it.
 
-use crate::caller::{self, SignalWatch, Waiter};
+mod waiters;
+
+use crate::caller::{self, Waiter};
 use fuser::{ReplyEmpty, ReplyLock};
 use spillway_stubs::locks::{LockRange, LockSession};
 use spillway_stubs::Instance;
@@ -26,6 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use waiters::{Admitted, Blocked, Waiters};
 
 /// How often a client renews the locks it holds at a server.
 const RENEW: Duration = Duration::from_secs(5);
@@ -35,6 +40,7 @@ const LONGEST_PAUSE: Duration = Duration::from_millis(50);
 
 const EAGAIN: Errno = Errno(libc::EAGAIN);
 const EINTR: Errno = Errno(libc::EINTR);
+const ENOLCK: Errno = Errno(libc::ENOLCK);
 
 fn fe(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.0)
@@ -100,6 +106,7 @@ impl State {
 pub struct Locks {
     inst: Arc<Instance>,
     state: Mutex<State>,
+    waiters: Waiters<ReplyEmpty>,
     stopping: AtomicBool,
     renewing: AtomicBool,
 }
@@ -118,6 +125,8 @@ pub struct LockArgs {
     pub pid: u32,
     /// The calling thread (its /proc entry).
     pub tid: u32,
+    /// The caller's uid (whose cap of waiting requests it counts against).
+    pub uid: u32,
 }
 
 impl LockArgs {
@@ -142,10 +151,12 @@ fn kind_of(typ: i32) -> Result<u8, Errno> {
 }
 
 impl Locks {
-    pub fn new(inst: Arc<Instance>) -> Arc<Locks> {
+    /// `waiters_per_uid`: blocked requests one uid may have waiting at once.
+    pub fn new(inst: Arc<Instance>, waiters_per_uid: usize) -> Arc<Locks> {
         Arc::new(Locks {
             inst,
             state: Mutex::new(State::default()),
+            waiters: Waiters::new(waiters_per_uid, LONGEST_PAUSE),
             stopping: AtomicBool::new(false),
             renewing: AtomicBool::new(false),
         })
@@ -158,6 +169,7 @@ impl Locks {
     /// The mount is going: waiting requests end with EINTR, renewals stop.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        self.waiters.stop();
     }
 
     /// FUSE setlk (fcntl F_SETLK/F_SETLKW, OFD locks, flock).
@@ -176,15 +188,14 @@ impl Locks {
         }
         match self.attempt(&a, class, kind) {
             Err(e) if e == EAGAIN && sleep && kind != lock_kind::UNLOCK => {
-                let me = self.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("lock wait".into())
-                    .spawn(move || me.wait(a, class, kind, reply));
-                if let Err(e) = spawned {
-                    tracing::error!("cannot start a lock wait: {e}");
-                }
+                self.block(Blocked::new(a, class, kind, reply, FIRST_PAUSE))
             }
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                if kind == lock_kind::UNLOCK {
+                    self.waiters.nudge(a.ino);
+                }
+                reply.ok()
+            }
             Err(e) => reply.error(fe(e)),
         }
     }
@@ -220,6 +231,7 @@ impl Locks {
         };
         if had {
             self.inst.unlock_owner(ino, owner, true, false)?;
+            self.waiters.nudge(ino);
         }
         Ok(())
     }
@@ -245,10 +257,14 @@ impl Locks {
                 tracing::warn!(%ino, "dropping a flock at release failed: {e}");
             }
         }
+        let dropped = flock.is_some() || !ofd.is_empty();
         for o in ofd {
             if let Err(e) = self.inst.unlock_owner(ino, o, true, false) {
                 tracing::warn!(%ino, "dropping OFD locks at release failed: {e}");
             }
+        }
+        if dropped {
+            self.waiters.nudge(ino);
         }
     }
 
@@ -310,28 +326,69 @@ impl Locks {
         r.map(|_| ())
     }
 
-    /// A blocked request: ask again until granted, refused otherwise, or the caller
-    /// is signalled or gone.
-    fn wait(self: Arc<Self>, a: LockArgs, class: u8, kind: u8, reply: ReplyEmpty) {
-        let mut pause = FIRST_PAUSE;
-        let mut watch = SignalWatch::default();
-        loop {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(LONGEST_PAUSE);
-            if self.stopping.load(Ordering::SeqCst) {
-                return reply.error(fe(EINTR));
+    /// A blocked request: into its server's queue (that queue's thread started if it
+    /// is the first), or ENOLCK when its caller has as many waiting as it may.
+    fn block(self: &Arc<Self>, b: Blocked<ReplyEmpty>) {
+        match self.waiters.admit(b) {
+            Ok(Admitted::Queued) => {}
+            Ok(Admitted::StartThread(server)) => {
+                let me = self.clone();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("lock waits {server}"))
+                    .spawn(move || me.serve_waiters(server));
+                if let Err(e) = spawned {
+                    tracing::error!("cannot start the lock waits of server {server}: {e}");
+                    for b in self.waiters.abandon(server) {
+                        self.waiters.answered(b.a.uid);
+                        b.reply.error(fe(ENOLCK));
+                    }
+                }
             }
-            match watch.look(a.tid) {
-                Waiter::Waiting => {}
-                // The kernel turns EINTR from a lock request into ERESTARTSYS: the
-                // call restarts after a handler with SA_RESTART, as a local one does.
-                Waiter::Signalled | Waiter::Gone => return reply.error(fe(EINTR)),
+            Err(b) => {
+                tracing::info!(
+                    uid = b.a.uid,
+                    "a blocking lock request refused (ENOLCK): the caller has as many waiting as it may"
+                );
+                b.reply.error(fe(ENOLCK));
             }
-            match self.attempt(&a, class, kind) {
-                Err(e) if e == EAGAIN => {}
-                Ok(()) => return reply.ok(),
-                Err(e) => return reply.error(fe(e)),
+        }
+    }
+
+    /// The thread of `server`'s waiters: ask each again when its pause is over, until
+    /// none is left.
+    fn serve_waiters(self: Arc<Self>, server: u16) {
+        let stopping = || self.stopping.load(Ordering::SeqCst);
+        while let Some(due) = self.waiters.next_due(server, &stopping) {
+            for mut b in due {
+                match self.ask_again(&mut b) {
+                    None => self.waiters.again(b),
+                    Some(r) => {
+                        self.waiters.answered(b.a.uid);
+                        match r {
+                            Ok(()) => b.reply.ok(),
+                            Err(e) => b.reply.error(fe(e)),
+                        }
+                    }
+                }
             }
+        }
+    }
+
+    /// One more try of a blocked request: None while it still meets a conflict, else
+    /// its answer (EINTR when its caller was signalled or is gone, or the mount stops).
+    fn ask_again(self: &Arc<Self>, b: &mut Blocked<ReplyEmpty>) -> Option<Result<(), Errno>> {
+        if self.stopping.load(Ordering::SeqCst) {
+            return Some(Err(EINTR));
+        }
+        match b.watch.look(b.a.tid) {
+            Waiter::Waiting => {}
+            // The kernel turns EINTR from a lock request into ERESTARTSYS: the call
+            // restarts after a handler with SA_RESTART, as a local one does.
+            Waiter::Signalled | Waiter::Gone => return Some(Err(EINTR)),
+        }
+        match self.attempt(&b.a, b.class, b.kind) {
+            Err(e) if e == EAGAIN => None,
+            r => Some(r),
         }
     }
 

@@ -68,6 +68,12 @@ pub struct Tunables {
     /// like Lustre's `localflock`) for jobs whose lockers all run on one node, such as
     /// SQLite on one compute node.
     pub cluster_locks: bool,
+    /// Clients: blocked lock requests (F_SETLKW, flock without LOCK_NB) one caller
+    /// (uid) may have waiting at once in one mount; past it a blocking request fails
+    /// with ENOLCK at once. The mount client is root's and serves every user of the
+    /// node: without a bound one user's waiters would grow its memory (and once its
+    /// threads: docs/security.md section 5) without end.
+    pub lock_waiters_per_uid: usize,
     /// Servers: a write request of at least this many bytes (aligned to 4 KiB) goes to
     /// the disk with O_DIRECT instead of through the page cache (0: never). Streaming
     /// writes then cost no copy into the page cache, which was the servers' largest
@@ -150,6 +156,7 @@ impl Default for Tunables {
             grant_disk_reserve: 32 << 20,
             grant_idle: Duration::from_secs(2),
             cluster_locks: true,
+            lock_waiters_per_uid: 64,
             direct_write_min: 256 << 10,
             drop_behind_reads: true,
             max_write: 1 << 20,
@@ -213,6 +220,9 @@ impl Tunables {
                 "grant_disk_reserve" => self.grant_disk_reserve = num()?,
                 "grant_idle_ms" => self.grant_idle = Duration::from_millis(num()?),
                 "locks" => self.cluster_locks = either("cluster", "node")?,
+                "lock_waiters_per_uid" => {
+                    self.lock_waiters_per_uid = (num()? as usize).clamp(1, 1 << 20)
+                }
                 "direct_write_min" => self.direct_write_min = num()?,
                 "drop_behind_reads" => self.drop_behind_reads = either("on", "off")?,
                 "max_write" => self.max_write = num()?.clamp(4096, 1 << 20) as u32,
@@ -303,6 +313,11 @@ mod tests {
         t.apply_text("pfs_roots =").unwrap();
         assert!(t.pfs_roots.is_empty());
         assert!(t.cluster_locks);
+        assert_eq!(t.lock_waiters_per_uid, 64);
+        t.apply_text("lock_waiters_per_uid = 3").unwrap();
+        assert_eq!(t.lock_waiters_per_uid, 3);
+        t.apply_text("lock_waiters_per_uid = 0").unwrap();
+        assert_eq!(t.lock_waiters_per_uid, 1, "at least one waiter");
         t.apply_text("locks = node").unwrap();
         assert!(!t.cluster_locks);
         assert!(t.readdir_plus);

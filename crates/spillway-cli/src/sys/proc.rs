@@ -1,11 +1,26 @@
-//! Processes by pid: whether one is alive (a zombie is not), stopping one, and starting
-//! a `spillway` daemon detached from the terminal with its output in a log file.
+//! Processes by pid: whether one is alive (a zombie is not), stopping one, starting
+//! a `spillway` daemon detached from the terminal with its output in a log file, and
+//! the path this program was installed at.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The path of this program's binary, as installed, for a long-running process to
+/// start more of itself with. Taken once at start: after an upgrade replaces the file
+/// (a new file renamed over it, as `install` does), `/proc/self/exe` names the old,
+/// deleted one ("... (deleted)", which exec cannot find) while the path taken at start
+/// names the new binary.
+pub fn installed_exe() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("the path of this program: {e}"))?;
+    // Replaced already before we looked: the path it was installed at is the same.
+    match exe.to_str().and_then(|s| s.strip_suffix(" (deleted)")) {
+        Some(installed) => Ok(PathBuf::from(installed)),
+        None => Ok(exe),
+    }
+}
 
 /// Whether process `pid` exists and has not exited (zombies count as gone).
 pub fn alive(pid: i32) -> bool {

@@ -1,12 +1,20 @@
 //! SETATTR: chmod, chown, truncate and utimes, sent to the inode's home as one
-//! `SetAttrReq` whose `valid` bits name what changes. A truncate first pushes this
-//! client's write-behind of the file, so that no buffered byte lands past the new end.
+//! `SetAttrReq` whose `valid` bits name what changes. A truncate or a change of times
+//! first pushes this client's write-behind of the file: no buffered byte may land past
+//! the new end, and no write accepted before a utimens may move the mtime it set (the
+//! push tells the home "written, now" for those writes; after the utimens it would
+//! overwrite the time `cp -p` and `tar -x` set on the open file before closing it).
 
 use super::{SpillwayFs, R};
 use fuser::TimeOrNow;
 use spillway_types::{Attr, InodeNo, Timespec};
 use spillway_wire::messages::{setattr, SetAttrReq};
 use std::time::SystemTime;
+
+/// The changes that must come after this client's buffered writes of the file: the
+/// size, and the times (given or "now").
+const ORDERED_AFTER_WRITES: u32 =
+    setattr::SIZE | setattr::ATIME | setattr::ATIME_NOW | setattr::MTIME | setattr::MTIME_NOW;
 
 /// What a SETATTR asks to change, as the kernel sent it (`None`: leave it as it is).
 pub(super) struct AttrChanges {
@@ -67,11 +75,13 @@ fn time_set(t: Option<TimeOrNow>, bit: u32, now_bit: u32, valid: &mut u32) -> Ti
 }
 
 impl SpillwayFs {
-    /// Apply `req` at the home. A truncate first pushes this client's writes, then tells
-    /// the write-back buffer where the file now ends.
+    /// Apply `req` at the home. A truncate or a change of times first pushes this
+    /// client's writes (ordering the change after every write accepted before it); a
+    /// truncate then tells the write-back buffer where the file now ends.
     pub(super) fn do_setattr(&self, i: InodeNo, mut req: SetAttrReq) -> R<Attr> {
         let wb = self.t.writeback(i);
-        if req.valid & setattr::SIZE != 0 {
+        let ordered = req.valid & ORDERED_AFTER_WRITES != 0;
+        if ordered {
             if let Some(wb) = &wb {
                 self.note_flushed(wb.flush()?);
             }
@@ -82,9 +92,15 @@ impl SpillwayFs {
             if let Some(wb) = &wb {
                 wb.truncated(attr.size);
             }
+        }
+        if ordered {
+            // Our own change: the kernel's cached pages still hold the file's data, so
+            // the next open here must not take the new size or mtime for another
+            // client's change and drop them.
             let mut nodes = self.t.nodes();
             if let Some(n) = nodes.get_mut(&i) {
                 n.cached = Some((attr.size, attr.mtime));
+                n.attr = attr.clone();
             }
         }
         Ok(attr)

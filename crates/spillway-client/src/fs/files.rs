@@ -225,6 +225,7 @@ impl SpillwayFs {
             typ,
             pid,
             tid,
+            uid: req.uid(),
         }
     }
 }

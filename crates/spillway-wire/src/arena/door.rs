@@ -27,6 +27,7 @@ use spillway_types::descriptor::encode_hex;
 use spillway_types::Errno;
 use std::collections::HashMap;
 use std::io::{self, Write};
+use std::net::Shutdown;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -40,8 +41,9 @@ type Token = [u8; TOKEN_LEN];
 const TOKEN_LIFETIME: Duration = Duration::from_secs(10);
 /// Tokens outstanding at once (each is a connection's; more are refused, EBUSY).
 const MAX_TOKENS: usize = 4096;
-/// Strangers served at the door at once, and how long each may take: a user who
-/// connects and sends nothing holds a thread for this long at most, and at most this
+/// Strangers served at the door at once, and how long each may take, counted from
+/// its accept: a user who connects and sends nothing holds a thread for this long at
+/// most, and at most this
 /// many of them (then the door closes new connections at once; clients fall back to
 /// the socket). Of those, at most `DOOR_THREADS_UNPRIVILEGED` for peers other than
 /// root: mounts run as root, so a user holding the door open never keeps a mount out.
@@ -167,6 +169,8 @@ impl Door {
         while !stop.load(Ordering::SeqCst) {
             match listener.accept() {
                 Ok((stream, _)) => {
+                    // The stranger's time starts now, not when its thread runs.
+                    let deadline = Instant::now() + DOOR_DEADLINE;
                     // Unknown credentials count as not root.
                     let root = peer_cred(&stream).is_ok_and(|(_, uid)| uid == 0);
                     let Some(seat) = Seat::take(&self, root) else {
@@ -178,7 +182,7 @@ impl Door {
                         .name("arena-admit".into())
                         .spawn(move || {
                             let _seat = seat;
-                            d.admit(stream);
+                            d.admit(stream, deadline);
                         });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -221,11 +225,11 @@ impl Door {
         })
     }
 
-    /// One stranger at the door: a token and a memfd, or nothing.
-    fn admit(&self, stream: UnixStream) {
-        let _ = stream.set_read_timeout(Some(DOOR_DEADLINE));
-        let _ = stream.set_write_timeout(Some(DOOR_DEADLINE));
-        let answer = match self.take_arena(&stream) {
+    /// One stranger at the door: a token and a memfd by `deadline`, or nothing. The
+    /// answer is one byte sent without waiting (a stranger who never reads cannot hold
+    /// the thread with it either); a refused stranger's socket is shut at once.
+    fn admit(&self, stream: UnixStream, deadline: Instant) {
+        let answer = match self.take_arena(&stream, deadline) {
             Ok((cell, map)) => {
                 // Attached before the answer: the client's next request may use it.
                 // The socket goes with the mapping (its closing tells the client).
@@ -238,17 +242,27 @@ impl Door {
                     }
                     // Another stranger attached one first (two offers raced).
                     Err(lost) => {
-                        let _ = (&lost.link).write_all(&[Errno::EEXIST.0 as u8]);
+                        send_now(&lost.link, Errno::EEXIST.0 as u8);
+                        let _ = lost.link.shutdown(Shutdown::Both);
                         return;
                     }
                 }
             }
             Err(e) => e,
         };
-        let _ = (&stream).write_all(&[answer.0.clamp(1, 255) as u8]);
+        send_now(&stream, answer.0.clamp(1, 255) as u8);
+        let _ = stream.shutdown(Shutdown::Both);
     }
 
-    fn take_arena(&self, stream: &UnixStream) -> Result<(Arc<ConnArena>, Mapping), Errno> {
+    fn take_arena(
+        &self,
+        stream: &UnixStream,
+        deadline: Instant,
+    ) -> Result<(Arc<ConnArena>, Mapping), Errno> {
+        readable_by(stream, deadline).map_err(|e| {
+            tracing::debug!("arena door: nothing received in time: {e}");
+            Errno::EPROTO
+        })?;
         let (token, fd) = recv_token_and_fd(stream).map_err(|e| {
             tracing::debug!("arena door: nothing usable received: {e}");
             Errno::EPROTO
@@ -376,6 +390,48 @@ impl ArenaLink {
 
 // ---- descriptors over the door ----------------------------------------------------
 
+/// Wait until `s` has something to read (or its peer closed) by `deadline`: one clock
+/// for the stranger's whole stay, checked to the millisecond (rounded up, so that a
+/// wait never ends early and spins).
+fn readable_by(s: &UnixStream, deadline: Instant) -> io::Result<()> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        let mut p = libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd that lives across the call.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        if r > 0 {
+            return Ok(());
+        }
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Send one byte if the socket takes it at once; never waits.
+fn send_now(s: &UnixStream, byte: u8) {
+    // SAFETY: sends from a one-byte buffer that lives across the call.
+    let _ = unsafe {
+        libc::send(
+            s.as_raw_fd(),
+            (&byte as *const u8).cast(),
+            1,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+}
+
 fn fill_random(buf: &mut [u8]) -> io::Result<()> {
     let mut got = 0;
     while got < buf.len() {
@@ -468,7 +524,12 @@ fn recv_token_and_fd(s: &UnixStream) -> io::Result<([u8; TOKEN_LEN], OwnedFd)> {
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = CMSG_SPACE as _;
-        let r = libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+        // Never waits: the caller waited for the message (`readable_by`).
+        let r = libc::recvmsg(
+            s.as_raw_fd(),
+            &mut msg,
+            libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
+        );
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -524,6 +585,26 @@ mod tests {
         // Bytes without a descriptor.
         (&a).write_all(&[1u8; TOKEN_LEN]).unwrap();
         assert!(recv_token_and_fd(&b).is_err());
+    }
+
+    #[test]
+    fn a_silent_stranger_is_waited_for_until_the_deadline_and_no_longer() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let started = Instant::now();
+        let e = readable_by(&b, started + Duration::from_millis(150)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(150), "{took:?}");
+        assert!(took < Duration::from_millis(1150), "{took:?}");
+        // A deadline already past: no wait at all, even with data there.
+        (&a).write_all(&[1]).unwrap();
+        assert!(readable_by(&b, started).is_err());
+        assert!(readable_by(&b, Instant::now() + Duration::from_secs(5)).is_ok());
+        // A peer that hung up counts as readable (the read then sees the end).
+        let (c, d) = UnixStream::pair().unwrap();
+        drop(c);
+        assert!(readable_by(&d, Instant::now() + Duration::from_secs(5)).is_ok());
+        assert!(recv_token_and_fd(&d).is_err());
     }
 
     #[test]

@@ -28,11 +28,12 @@ mod mount_root;
 pub use config::AgentConfig;
 
 use crate::sys::mounts::{self, Mounted};
+use crate::sys::proc::installed_exe;
 use health::{Health, Prober};
 use spillway_api::{AgentHello, AgentMount, AgentReport, AgentWork, ApiClient, Goal};
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -54,6 +55,10 @@ struct Agent {
     /// users).
     dead_busy: HashMap<u64, String>,
     prober: Prober,
+    /// The `spillway` binary each mount runs, by the path it was installed at (taken
+    /// at start): an upgrade that replaces it under a running agent makes new mounts
+    /// run the new binary instead of failing (`installed_exe`).
+    exe: PathBuf,
 }
 
 /// Why `Agent::mount` did not mount.
@@ -131,8 +136,7 @@ impl Agent {
                 Health::Dead(why) => self.clear_dead(m.activation, mnt, &why)?,
             }
         }
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(&self.exe);
         cmd.arg("mount")
             .arg("--instance")
             .arg(&desc_path)
@@ -341,6 +345,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), String> {
         wanted: HashMap::new(),
         dead_busy: HashMap::new(),
         prober: Prober::default(),
+        exe: installed_exe()?,
     };
     // Made now so that a site's misconfiguration shows at start; each mount checks again.
     if let Err(e) = agent.mount_root() {
