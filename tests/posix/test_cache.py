@@ -453,3 +453,35 @@ def test_cluster_down_writes_the_cache_behind_or_refuses(spillway_bin, pfs):
         assert H.read_file(os.path.join(d, "late")) == late
     finally:
         c.teardown()
+
+
+def test_pfs_changes_seen_by_size_and_change_time(cache):
+    """Issue 30, item 9: a PFS file that grows under a reader holding it open reads its
+    new bytes (not zeros) once the new size shows; a rewrite of the same size whose
+    mtime was put back is seen at the next open (its ctime moved)."""
+    c, shared = cache
+    d = fresh(shared, "coherence2")
+    m = p(c.mnt, "coherence2")
+    first = os.urandom(100_000)
+    H.write_file(os.path.join(d, "grows"), first)
+    fd = os.open(p(m, "grows"), os.O_RDONLY)
+    try:
+        assert os.pread(fd, len(first) + 4096, 0) == first
+        more = os.urandom(300_000)
+        with open(os.path.join(d, "grows"), "ab") as f:
+            f.write(more)
+        time.sleep(1.3)  # the attribute lifetime: the new size shows
+        assert os.fstat(fd).st_size == len(first) + len(more)
+        assert os.pread(fd, len(more), len(first)) == more
+    finally:
+        os.close(fd)
+
+    old = os.urandom(64 * 1024)
+    H.write_file(os.path.join(d, "same"), old)
+    st = os.stat(os.path.join(d, "same"))
+    assert H.read_file(p(m, "same")) == old
+    new = os.urandom(64 * 1024)
+    H.write_file(os.path.join(d, "same"), new)
+    os.utime(os.path.join(d, "same"), ns=(st.st_atime_ns, st.st_mtime_ns))
+    time.sleep(1.3)
+    assert H.read_file(p(m, "same")) == new

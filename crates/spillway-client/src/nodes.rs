@@ -9,6 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// A file's version as its cached pages know it: size, mtime, and for a cache
+/// instance ctime too (a change on the PFS that kept size and mtime, e.g. `touch -r`
+/// after a rewrite, still moves ctime); zero on scratch, whose servers see every change.
+pub type Stamp = (u64, Timespec, Timespec);
+
 pub struct Node {
     /// Last attributes received from the inode's home server.
     pub attr: Attr,
@@ -18,9 +23,9 @@ pub struct Node {
     pub opens: u32,
     /// The write-back buffer, while the file is open here.
     pub wb: Option<Arc<WriteBack>>,
-    /// (size, mtime) the kernel's page cache reflects; a different pair at open
+    /// What the kernel's page cache reflects (`Stamp`); a different one at open
     /// means another client changed the file and the cache must go.
-    pub cached: Option<(u64, Timespec)>,
+    pub cached: Option<Stamp>,
     /// `security.capability` as last fetched, and when: the kernel asks for it before
     /// every write (FUSE inodes never get S_NOSEC), so it is answered from here for the
     /// attribute lifetime instead of costing a round trip per write.

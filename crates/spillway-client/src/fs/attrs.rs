@@ -99,7 +99,7 @@ impl SpillwayFs {
             // client's change and drop them.
             let mut nodes = self.t.nodes();
             if let Some(n) = nodes.get_mut(&i) {
-                n.cached = Some((attr.size, attr.mtime));
+                n.cached = Some(self.stamp(&attr));
                 n.attr = attr.clone();
             }
         }

@@ -11,7 +11,7 @@ use crate::locks::LockArgs;
 use crate::nodes::{Node, OpenFile};
 use crate::writeback::WriteBack;
 use fuser::{FileHandle, FopenFlags, INodeNo, LockOwner, Request};
-use spillway_types::{Attr, Errno, FileKind, InodeNo};
+use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec};
 use spillway_wire::messages::flush_scope;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -74,12 +74,12 @@ impl SpillwayFs {
             Some(a) => a,
             None => self.inst.open(i, flags).map_err(gone)?,
         };
-        let stamp = (attr.size, attr.mtime);
+        let stamp = self.stamp(&attr);
         let (keep, stale) = {
             let mut nodes = self.t.nodes();
             let node = nodes.entry(i).or_insert_with(|| Node::new(&attr));
             let dirty = node.wb.as_ref().is_some_and(|w| w.is_dirty());
-            let stale = !dirty && (node.attr.size != attr.size || node.attr.mtime != attr.mtime);
+            let stale = !dirty && self.stamp(&node.attr) != stamp;
             let keep = dirty || node.cached == Some(stamp);
             node.cached = Some(stamp);
             node.attr = attr.clone();
@@ -119,12 +119,22 @@ impl SpillwayFs {
         Ok((fh, fl))
     }
 
+    /// The version of a file its cached pages are compared by (nodes.rs, `Stamp`).
+    pub(super) fn stamp(&self, a: &Attr) -> crate::nodes::Stamp {
+        let ctime = if self.inst.desc.cache {
+            a.ctime
+        } else {
+            Timespec::default()
+        };
+        (a.size, a.mtime, ctime)
+    }
+
     /// After a flush told the home the new size, remember what the kernel now caches.
     pub(super) fn note_flushed(&self, attr: Option<Attr>) {
         if let Some(a) = attr {
             let mut nodes = self.t.nodes();
             if let Some(n) = nodes.get_mut(&a.ino) {
-                n.cached = Some((a.size, a.mtime));
+                n.cached = Some(self.stamp(&a));
                 n.attr = a;
                 n.fetched = Some(std::time::Instant::now());
             }

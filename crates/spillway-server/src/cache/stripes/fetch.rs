@@ -191,20 +191,15 @@ impl CacheStripes {
             .ok_or(fs(Errno::EFBIG))?;
         let eof = pfs_size.saturating_sub(base).min(stripe_size);
         {
-            // Past the PFS file's end there is nothing to fetch: those claimed bytes are
-            // present as the stripe file has them (a hole, or nothing).
+            // Past the PFS file's end there is nothing to fetch now. Those claimed bytes
+            // stay absent, not present: the reader that asked reads them as the stripe
+            // file has them (a hole, or nothing), and a later read after the PFS file
+            // grew (a reader holding it open sees the new size) fetches them then,
+            // rather than reading zeros where the PFS now has data.
             let mut st = self.state();
             let k = st.stripe_mut(ino, stripe);
-            let past = k
-                .fetch_mut(id)
-                .map(|f| {
-                    let past = clip(&f.pending, eof, u64::MAX);
-                    f.pending.remove(eof, u64::MAX);
-                    past
-                })
-                .unwrap_or_default();
-            for (a, b) in past {
-                k.present.add(a, b);
+            if let Some(f) = k.fetch_mut(id) {
+                f.pending.remove(eof, u64::MAX);
             }
             self.changed.notify_all();
         }

@@ -254,14 +254,20 @@ fn a_read_miss_fetches_the_pfs_bytes_with_read_ahead() {
     assert_eq!(r.read(a, s3 as u64, 65536), want);
     assert!(r.stored(a).contains(&(3, (200_000 - s3) as u64)));
     assert_eq!(r.pfs.reads.load(Ordering::SeqCst), 3);
-    // Stripe 4 is past it: nothing fetched, no file made, and no second look.
+    // Stripe 4 is past it: nothing fetched, no file made.
     assert_eq!(r.read(a, 4 * 65536, 100), vec![0; 100]);
     assert_eq!(r.read(a, 4 * 65536 + 50, 100), vec![0; 100]);
-    assert_eq!(r.pfs.reads.load(Ordering::SeqCst), 4);
     assert!(r.stored(a).iter().all(|&(k, _)| k != 4));
     // What was read stays the PFS's.
     assert_eq!(r.read(a, 0, 200_000), file);
     assert!(!r.c.is_dirty(a));
+    // The PFS file grows under a reader that holds it open (issue 30, item 9): the
+    // bytes past the old end are fetched when read, never zeros kept from before.
+    let mut grown = file.clone();
+    grown.extend(Rng(2).bytes(100_000));
+    r.set_pfs(a, &grown);
+    assert_eq!(r.read(a, 200_000, 100_000), grown[200_000..]);
+    assert_eq!(r.read(a, 0, 300_000), grown);
 }
 
 #[test]
