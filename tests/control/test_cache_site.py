@@ -47,6 +47,7 @@ def cache_job(site, token, owner, pfs_dir, **policy):
                   **policy})
     a = site.api("POST", "/dw/v1/activations", {"session": s["id"], "configuration": c["id"]})
     site.wait_state("activations", a["id"], timeout=60)
+    c["_instance"] = i["id"]
     return s, c, site.node_mount(site.node, a["mount"])
 
 
@@ -95,6 +96,36 @@ def test_sync_to_pfs_makes_fsync_and_fdatasync_reach_the_pfs(site, pfs, users):
     for name, sync in (("fsynced", os.fsync), ("fdatasynced", os.fdatasync)):
         data = os.urandom(3 * MiB + 11)
         assert user.run(write_and_sync, os.path.join(mnt, name), data, sync) == data, name
+    site.api("DELETE", f"/dw/v1/sessions/{s['id']}")
+    site.wait_gone("sessions", s["id"], timeout=90)
+
+
+def test_stages_on_a_cache_are_refused_at_the_call(site, pfs, users, _local_base):
+    """Issue 30, item 11: a cache instance is not staged; a stage asked of one fails at
+    the call (REST 400 naming why; libdatawarp -EINVAL), not accepted and failed later."""
+    user = users[0]
+    d = os.path.join(pfs, "job_stage")
+    user.run(os.mkdir, d)
+    user.run(H.write_file, os.path.join(d, "in"), b"pfs bytes")
+    s, c, mnt = cache_job(site, "7004", user, d)
+    inst = c["_instance"]
+    status, body = site.request("POST", "/dw/v1/stages", {
+        "instance": inst, "type": "file", "direction": "in",
+        "source": os.path.join(d, "in"), "destination": "/copy"})
+    assert status == 400, (status, body)
+    assert "is a cache of" in str(body)
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "cray-datawarp"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    exe = os.path.join(tempfile.mkdtemp(prefix="dwcache-", dir=_local_base), "dw_cache")
+    os.chmod(os.path.dirname(exe), 0o755)
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-o", exe,
+                    os.path.join(H.C_DIR, "dw_cache.c"), *flags], check=True)
+    out = user.run(lambda: subprocess.run([exe, os.path.join(mnt, "in"), os.path.join(d, "out")],
+                                          capture_output=True, text=True, timeout=60).stdout)
+    import errno as errno_mod
+    assert f"stage_in rc=-{errno_mod.EINVAL}" in out, out
+    assert f"stage_out rc=-{errno_mod.EINVAL}" in out, out
+    assert all(st.get("instance") != inst for st in site.api("GET", "/dw/v1/stages")["stages"])
     site.api("DELETE", f"/dw/v1/sessions/{s['id']}")
     site.wait_gone("sessions", s["id"], timeout=90)
 

@@ -191,6 +191,7 @@ impl Db {
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let (session, goal) = owned_instance(&tx, v, req.instance)?;
         still_wanted("instance", req.instance, &goal)?;
+        refuse_cache(&tx, req.instance)?;
         if req.kind != StageType::Directory {
             let unenumerated = Unenumerated::of(&tx, req.instance)?;
             for p in &ipaths {
@@ -293,5 +294,29 @@ impl Db {
             params![instance as i64, value as i64],
         )?;
         Ok(value)
+    }
+}
+
+/// A cache instance is never staged: its files are the PFS directory's, read through
+/// on demand and written behind (docs/cache.md). A stage asked of one is refused at
+/// the call (400; libdatawarp's `-EINVAL`), not accepted and failed later.
+fn refuse_cache(tx: &rusqlite::Transaction<'_>, instance: u64) -> DbResult<()> {
+    use rusqlite::OptionalExtension;
+    let pfs: Option<String> = tx
+        .query_row(
+            "SELECT cc.pfs FROM configurations c JOIN cache_configs cc ON cc.configuration = c.id
+              WHERE c.instance = ?1 AND c.type = 'cache' AND c.goal = 'create' LIMIT 1",
+            [instance as i64],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match pfs {
+        Some(dir) => Err(DbError::Invalid(format!(
+            "instance {instance} is a cache of {}: its files are the PFS's, fetched on \
+             demand and written behind, so it is not staged (to have a file's changes on \
+             the PFS now: dw_wait_sync_complete, or the sync_on_close/sync_to_pfs policies)",
+            cut(&dir)
+        ))),
+        None => Ok(()),
     }
 }
