@@ -557,19 +557,30 @@ mod tests {
     /// and `..` components, relative paths, `/` itself.
     fn tricky_path() -> impl Strategy<Value = String> {
         let name = prop_oneof![
-            Just("b"), Just("b-c"), Just("b.d"), Just("b0"), Just("a"), Just("."), Just(".."),
-            Just(""), Just("bb"), Just("B")
+            Just("b"),
+            Just("b-c"),
+            Just("b.d"),
+            Just("b0"),
+            Just("a"),
+            Just("."),
+            Just(".."),
+            Just(""),
+            Just("bb"),
+            Just("B")
         ];
-        (any::<bool>(), proptest::collection::vec(name, 0..5), any::<bool>()).prop_map(
-            |(abs, names, trailing)| {
+        (
+            any::<bool>(),
+            proptest::collection::vec(name, 0..5),
+            any::<bool>(),
+        )
+            .prop_map(|(abs, names, trailing)| {
                 let mut s = if abs { "/".to_string() } else { String::new() };
                 s.push_str(&names.join("/"));
                 if trailing {
                     s.push('/');
                 }
                 s
-            },
-        )
+            })
     }
 
     #[test]
@@ -579,7 +590,10 @@ mod tests {
         // `/a/b-c` sorts between `/a/b` and `/a/b/x` bytewise, not by components.
         assert_eq!(cover(["/a/b/x", "/a/b-c", "/a/b"]), vec!["/a/b", "/a/b-c"]);
         // Paths that are not clean are kept as they are; they cover nothing.
-        assert_eq!(cover(["/a/../b/c", "/", "rel"]), vec!["/", "/a/../b/c", "rel"]);
+        assert_eq!(
+            cover(["/a/../b/c", "/", "rel"]),
+            vec!["/", "/a/../b/c", "rel"]
+        );
     }
 
     #[test]
