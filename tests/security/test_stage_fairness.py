@@ -95,10 +95,12 @@ def test_one_users_list_stages_do_not_hold_anothers(fair):
     a.run(lambda p: open(p, "wb").write(os.urandom(4096)), src)
     try:
         posted = []
+        t0 = time.monotonic()
         for k in range(6):
             status, out = big_list(site, b, insts[b.name], f"b{k}")
             assert status == 201, out
             posted.append(out["id"])
+        print(f"B's 6 lists of {PAIRS} pairs posted in {time.monotonic() - t0:.1f} s")
         t0 = time.monotonic()
         status, mine = site.request("POST", "/dw/v1/stages",
                                     {"instance": insts[a.name], "direction": "in", "type": "file",
