@@ -4,9 +4,10 @@
 //!
 //! * Dispatch: every round (after any change, at least once a second) the stages the
 //!   database says may start (`Db::stage_start_work`: the instance is built, fewer than
-//!   its concurrency running) get a `StageStartReq` on their coordinator, carrying the
-//!   stage ticket signed here (owner, direction, paths, expiry): the servers take the
-//!   stage's uid and PFS paths from it alone. A server that
+//!   its concurrency running or being started) each get a starter thread, which sends
+//!   a `StageStartReq` to their coordinator, carrying the stage ticket signed there
+//!   (owner, direction, paths, expiry): the servers take the stage's uid and PFS paths
+//!   from it alone. The round waits for no start. A server that
 //!   cannot be reached leaves the stage queued (a later round retries, maybe on another
 //!   server); a refusal fails the stage with the server's reason.
 //! * Watching: one thread per stage a coordinator holds (`live`), also after a manager
@@ -18,7 +19,9 @@
 //!   open a socket (out of descriptors) does not count, as for heartbeats.
 //!
 //! Like the reconcile loop it keeps no state of its own besides which stages have a
-//! watcher: everything else is in the database.
+//! watcher and which are being started (lost with a restart: such a stage is still
+//! queued in the database and started again; a coordinator takes a start of a stage it
+//! already runs as a no-op): everything else is in the database.
 
 use crate::db::{Db, FileEvent, FileState, LiveStage, Progress, StageEnd, StartWork, WatchState};
 use crate::reconcile::lock;

@@ -12,6 +12,7 @@
 //! * `counts`   — per-file counts (`dw_query_*`), failures, what covers a path.
 //! * `teardown` — ending stages early (terminate, hurry), teardown holds, pruning.
 //! * `dispatch` — the loop side: starting queued stages, what their watchers record.
+//! * `lists`    — the stored form of a list stage's pairs (`stage_lists`).
 //!
 //! Paths: instance paths are absolute from the instance root, PFS paths absolute; both
 //! are kept normalised ([`StagePath`]: no empty, `.` or `..` components, no trailing
