@@ -62,6 +62,11 @@ pub struct ManagerConfig {
     /// Stages one non-admin user may own that have not ended (queued, running,
     /// deferred); posting one more is refused (409). Admins are not limited.
     pub max_stages_per_user: u32,
+    /// Pairs those stages may name together (a list stage counts its pairs, a file or
+    /// directory stage one): what bounds one user's queue in rows, tickets to mint and
+    /// database bytes when the stages are large lists. Over it: 409. Admins are not
+    /// limited.
+    pub max_stage_pairs_per_user: u32,
 }
 
 pub const KEYS: &[&str] = &[
@@ -90,6 +95,7 @@ pub const KEYS: &[&str] = &[
     "max_connections_per_peer",
     "max_sessions_per_user",
     "max_stages_per_user",
+    "max_stage_pairs_per_user",
 ];
 
 /// `pfs_roots`: colon- or comma-separated absolute paths, normalised (no empty, `.` or
@@ -179,6 +185,7 @@ impl ManagerConfig {
             max_connections_per_peer: 64,
             max_sessions_per_user: 256,
             max_stages_per_user: 10_000,
+            max_stage_pairs_per_user: 100_000,
         }
     }
 
@@ -291,6 +298,10 @@ impl ManagerConfig {
                 .map(|v| count("max_stages_per_user", v, 1))
                 .transpose()?
                 .unwrap_or(10_000),
+            max_stage_pairs_per_user: get("max_stage_pairs_per_user")
+                .map(|v| count("max_stage_pairs_per_user", v, 1))
+                .transpose()?
+                .unwrap_or(100_000),
         };
         if c.stage_concurrency_min > c.stage_concurrency_max {
             return Err(format!(
@@ -410,7 +421,19 @@ mod tests {
         .unwrap();
         let c = ManagerConfig::load(&p).unwrap();
         assert_eq!((c.max_sessions_per_user, c.max_stages_per_user), (3, 5));
-        for bad in ["max_sessions_per_user = 0", "max_stages_per_user = many"] {
+        assert_eq!(c.max_stage_pairs_per_user, 100_000);
+        assert_eq!(w.max_stage_pairs_per_user, 100_000);
+        std::fs::write(
+            &p,
+            "listen = a\nstate_dir = /x\nmax_stage_pairs_per_user = 7\n",
+        )
+        .unwrap();
+        assert_eq!(ManagerConfig::load(&p).unwrap().max_stage_pairs_per_user, 7);
+        for bad in [
+            "max_sessions_per_user = 0",
+            "max_stages_per_user = many",
+            "max_stage_pairs_per_user = 0",
+        ] {
             std::fs::write(&p, format!("listen = a\nstate_dir = /x\n{bad}\n")).unwrap();
             let e = ManagerConfig::load(&p).unwrap_err();
             assert!(e.contains(bad.split(' ').next().unwrap()), "{e}");

@@ -63,6 +63,7 @@ pub fn run(
     db.set_user_limits(db::UserLimits {
         sessions: cfg.max_sessions_per_user,
         stages: cfg.max_stages_per_user,
+        stage_pairs: cfg.max_stage_pairs_per_user,
     });
     let db = Arc::new(Mutex::new(db));
     let listen: SocketAddr = cfg

@@ -311,11 +311,27 @@ async fn connection(
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let guard = act.begin();
         let mut app = app.clone();
-        let mut req = req.map(|b| axum::body::Body::new(DeadlineBody::new(b, body_timeout)));
+        let unread: Unread = Arc::new(Mutex::new(None));
+        let within = Instant::now() + body_timeout;
+        let mut req =
+            req.map(|b| axum::body::Body::new(DeadlineBody::new(b, body_timeout, unread.clone())));
         // Handlers that want the client's address (agents) read it from here.
         req.extensions_mut().insert(ConnectInfo(addr));
         async move {
             let r = tower_service::Service::call(&mut app, req).await;
+            let left = unread.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let r = match (r, left) {
+                (Ok(mut resp), Some(body)) => {
+                    if !drain(body, within).await {
+                        resp.headers_mut().insert(
+                            hyper::header::CONNECTION,
+                            hyper::header::HeaderValue::from_static("close"),
+                        );
+                    }
+                    Ok(resp)
+                }
+                (r, _) => r,
+            };
             drop(guard);
             r
         }
@@ -367,18 +383,66 @@ async fn connection(
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Bytes of a refused request body read and thrown away before the answer, at most.
+/// A body over `MAX_BODY` is refused (413) as soon as the limit is passed; were the
+/// connection closed with the rest unread, the kernel would answer the client's next
+/// bytes with a reset and the client would see "Broken pipe" (or lose the answer)
+/// instead of the 413 and its message. Beyond this much the connection is closed all
+/// the same: no client sends a body this large in good faith.
+pub const MAX_DRAIN: u64 = 64 << 20;
+
+/// What a handler left unread of its request body, to drain before the answer.
+type Unread = Arc<Mutex<Option<Incoming>>>;
+
+/// Read what is left of `body` and throw it away, until its end, `MAX_DRAIN` bytes or
+/// `deadline`: true when the end was reached (the connection may be kept).
+async fn drain(mut body: Incoming, deadline: Instant) -> bool {
+    let mut seen: u64 = 0;
+    let read = async {
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+        {
+            match frame {
+                Ok(f) => {
+                    seen += f.data_ref().map_or(0, |d| d.len() as u64);
+                    if seen > MAX_DRAIN {
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+        true
+    };
+    tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), read)
+        .await
+        .unwrap_or(false)
+}
+
 /// A request body that fails when it has not fully arrived within a time of its head,
 /// so a client trickling a body cannot hold a request (and its connection) for long.
+/// Dropped before its end (a body refused as too large, or never read), it leaves the
+/// rest in `unread` for the connection to drain before it answers.
 struct DeadlineBody {
-    inner: Incoming,
+    /// Always there until the drop.
+    inner: Option<Incoming>,
     timer: Pin<Box<tokio::time::Sleep>>,
+    unread: Unread,
 }
 
 impl DeadlineBody {
-    fn new(inner: Incoming, within: Duration) -> DeadlineBody {
+    fn new(inner: Incoming, within: Duration, unread: Unread) -> DeadlineBody {
         DeadlineBody {
-            inner,
+            inner: Some(inner),
             timer: Box::pin(tokio::time::sleep(within)),
+            unread,
+        }
+    }
+}
+
+impl Drop for DeadlineBody {
+    fn drop(&mut self) {
+        if let Some(b) = self.inner.take().filter(|b| !b.is_end_stream()) {
+            *self.unread.lock().unwrap_or_else(|e| e.into_inner()) = Some(b);
         }
     }
 }
@@ -392,7 +456,10 @@ impl Body for DeadlineBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(r) => Poll::Ready(r.map(|f| f.map_err(BoxError::from))),
             Poll::Pending => {
                 if this.timer.as_mut().poll(cx).is_ready() {
@@ -407,11 +474,13 @@ impl Body for DeadlineBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
     }
 }
 

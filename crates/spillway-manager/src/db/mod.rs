@@ -70,6 +70,8 @@ pub struct UserLimits {
     pub sessions: u32,
     /// Stages the user owns that have not ended (queued, running, deferred).
     pub stages: u32,
+    /// Pairs those stages name (a list stage its pairs, another stage one).
+    pub stage_pairs: u32,
 }
 
 impl Default for UserLimits {
@@ -77,6 +79,7 @@ impl Default for UserLimits {
         UserLimits {
             sessions: 256,
             stages: 10_000,
+            stage_pairs: 100_000,
         }
     }
 }

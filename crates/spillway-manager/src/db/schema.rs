@@ -146,6 +146,15 @@ CREATE TABLE IF NOT EXISTS stages (
     started       INTEGER NOT NULL DEFAULT 0,
     finished      INTEGER NOT NULL DEFAULT 0
 );
+-- A list stage's pairs (`stages.pairs` is then `[]`), stored once, front-coded
+-- (`db/stages/lists.rs`), and their count: max_stage_pairs_per_user adds them up.
+-- Written with the stage and never updated (an update of a `stages` row rewrites it
+-- whole), deleted with it.
+CREATE TABLE IF NOT EXISTS stage_lists (
+    stage INTEGER PRIMARY KEY,
+    count INTEGER NOT NULL,
+    list  BLOB NOT NULL
+);
 CREATE INDEX IF NOT EXISTS stages_instance ON stages(instance, state);
 CREATE INDEX IF NOT EXISTS stages_state ON stages(state);
 -- max_stages_per_user counts a user's unended stages at every post.

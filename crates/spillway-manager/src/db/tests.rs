@@ -397,6 +397,7 @@ fn sessions_per_user_are_limited() {
     db.set_user_limits(UserLimits {
         sessions: 2,
         stages: 10,
+        stage_pairs: 100,
     });
     let new = |t: &str| NewSession {
         token: t.into(),

@@ -4,9 +4,10 @@
 //!
 //! * Dispatch: every round (after any change, at least once a second) the stages the
 //!   database says may start (`Db::stage_start_work`: the instance is built, fewer than
-//!   its concurrency running) get a `StageStartReq` on their coordinator, carrying the
-//!   stage ticket signed here (owner, direction, paths, expiry): the servers take the
-//!   stage's uid and PFS paths from it alone. A server that
+//!   its concurrency running or being started) each get a starter thread, which sends
+//!   a `StageStartReq` to their coordinator, carrying the stage ticket signed there
+//!   (owner, direction, paths, expiry): the servers take the stage's uid and PFS paths
+//!   from it alone. The round waits for no start. A server that
 //!   cannot be reached leaves the stage queued (a later round retries, maybe on another
 //!   server); a refusal fails the stage with the server's reason.
 //! * Watching: one thread per stage a coordinator holds (`live`), also after a manager
@@ -18,11 +19,13 @@
 //!   open a socket (out of descriptors) does not count, as for heartbeats.
 //!
 //! Like the reconcile loop it keeps no state of its own besides which stages have a
-//! watcher: everything else is in the database.
+//! watcher and which are being started (lost with a restart: such a stage is still
+//! queued in the database and started again; a coordinator takes a start of a stage it
+//! already runs as a no-op): everything else is in the database.
 
 use crate::db::{Db, FileEvent, FileState, LiveStage, Progress, StageEnd, StartWork, WatchState};
+use crate::reconcile::lock;
 use crate::reconcile::servers::{hello, local_exhaustion, Servers};
-use crate::reconcile::{lock, parallel};
 use spillway_api::{StageDirection, StageState, StageType};
 use spillway_types::errno::errno_name;
 use spillway_types::peer::Throttle;
@@ -56,6 +59,8 @@ pub struct Stager {
     pub settings: StageSettings,
     /// Stages that have a watcher thread.
     watched: Mutex<HashSet<u64>>,
+    /// Stages whose start is under way (a starter thread each).
+    starting: Mutex<HashSet<u64>>,
 }
 
 /// How long a stage ticket is valid from the stage's start. Every server checks it on
@@ -80,16 +85,6 @@ fn describe(e: Errno) -> String {
     format!("{name} ({})", std::io::Error::from_raw_os_error(e.0))
 }
 
-fn wire_pairs(w: &StartWork) -> Vec<StagePair> {
-    w.pairs
-        .iter()
-        .map(|p| StagePair {
-            source: p.source.clone(),
-            destination: p.destination.clone(),
-        })
-        .collect()
-}
-
 impl Stager {
     pub fn new(
         db: Arc<Mutex<Db>>,
@@ -103,6 +98,7 @@ impl Stager {
             version,
             settings,
             watched: Mutex::new(HashSet::new()),
+            starting: Mutex::new(HashSet::new()),
         }
     }
 
@@ -162,66 +158,100 @@ impl Stager {
         Ok(())
     }
 
-    /// One dispatch round: watchers for every live stage, starts for what may start.
+    /// One dispatch round: watchers for every live stage, a starter for each stage that
+    /// may start. The round itself only reads which stages may start (no paths): each
+    /// start (its pairs read, its ticket minted, the coordinator's answer awaited) runs
+    /// on a thread of its own, so one user's large or slow start never holds another's,
+    /// nor the next round. A start under way holds its instance's slot (`starting`) until
+    /// its outcome is recorded.
     pub fn round(self: &Arc<Self>) {
         self.ensure_watchers();
-        let work = match lock(&self.db).stage_start_work(self.settings.default_concurrency) {
-            Ok(w) => w,
+        let starting = self.starting().clone();
+        let work =
+            match lock(&self.db).stage_start_work(self.settings.default_concurrency, &starting) {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::error!("stage dispatch: {e}");
+                    return;
+                }
+            };
+        for w in work {
+            if !self.starting().insert(w.stage) {
+                continue;
+            }
+            let me = self.clone();
+            let id = w.stage;
+            let spawned = std::thread::Builder::new()
+                .name(format!("stage-start-{id}"))
+                .spawn(move || {
+                    let changed = me.start_one(&w);
+                    // Only once the outcome is recorded: a round in between would see
+                    // the stage still queued and start it twice.
+                    me.starting().remove(&w.stage);
+                    if changed {
+                        me.bump();
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::error!(stage = id, "cannot start a stage starter: {e}");
+                self.starting().remove(&id);
+            }
+        }
+    }
+
+    fn starting(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.starting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Start one stage on its coordinator and record the outcome; whether anything was
+    /// recorded. A server that cannot be reached leaves the stage queued for a later
+    /// round (the 1 s tick, not at once: no busy retry of a server that is down).
+    fn start_one(&self, w: &StartWork) -> bool {
+        let r = self.start(w);
+        let mut db = lock(&self.db);
+        let rec = match r {
+            Ok(true) => {
+                tracing::info!(
+                    stage = w.stage,
+                    instance = w.instance,
+                    server = %w.node,
+                    "stage started"
+                );
+                db.record_stage_started(w.stage, &w.node).map(|_| ())
+            }
+            // Ended (terminated, dropped) while it waited: nothing to start.
+            Ok(false) => return true,
+            Err(e) if unreachable(e) => {
+                tracing::debug!(stage = w.stage, server = %w.node, "stage start: server unreachable");
+                return false;
+            }
             Err(e) => {
-                tracing::error!("stage dispatch: {e}");
-                return;
+                let msg = format!(
+                    "server {} refused to start stage {}: {}",
+                    w.node,
+                    w.stage,
+                    describe(e)
+                );
+                tracing::warn!(stage = w.stage, "{msg}");
+                db.record_stage_refused(w.stage, &w.node, e.0.max(1), &msg)
             }
         };
-        if work.is_empty() {
-            return;
+        if let Err(e) = rec {
+            tracing::error!(stage = w.stage, "recording a stage start: {e}");
         }
-        let results = parallel(&work, |w| self.start(w));
-        let mut changed = false;
-        {
-            let mut db = lock(&self.db);
-            for (w, r) in work.iter().zip(results) {
-                let rec = match r {
-                    Ok(()) => {
-                        tracing::info!(
-                            stage = w.stage,
-                            instance = w.instance,
-                            server = %w.node,
-                            "stage started"
-                        );
-                        db.record_stage_started(w.stage, &w.node).map(|_| ())
-                    }
-                    Err(e) if unreachable(e) => {
-                        tracing::debug!(stage = w.stage, server = %w.node, "stage start: server unreachable");
-                        continue;
-                    }
-                    Err(e) => {
-                        let msg = format!(
-                            "server {} refused to start stage {}: {}",
-                            w.node,
-                            w.stage,
-                            describe(e)
-                        );
-                        tracing::warn!(stage = w.stage, "{msg}");
-                        db.record_stage_refused(w.stage, &w.node, e.0.max(1), &msg)
-                    }
-                };
-                match rec {
-                    Ok(()) => changed = true,
-                    Err(e) => tracing::error!(stage = w.stage, "recording a stage start: {e}"),
-                }
-            }
-        }
-        if changed {
-            self.bump();
-        }
-        self.ensure_watchers();
+        true
     }
 
     /// The stage ticket of `w` (spillway_types::stage_ticket): its owner's uid, its
     /// direction and paths, valid for `TICKET_LIFETIME`, signed with its instance's
     /// secret. Signed at every start (nothing to store: a stage started again after a
     /// refusal gets a fresh one).
-    fn ticket(&self, w: &StartWork, direction: StageDir) -> Result<Vec<u8>, Errno> {
+    fn ticket(
+        &self,
+        w: &StartWork,
+        pairs: &[StagePair],
+        direction: StageDir,
+    ) -> Result<Vec<u8>, Errno> {
         let secret: Vec<u8> = lock(&self.db)
             .conn()
             .query_row(
@@ -233,8 +263,7 @@ impl Stager {
                 tracing::error!(stage = w.stage, "stage ticket: the instance's secret: {e}");
                 Errno::EIO
             })?;
-        let (pfs, inside): (Vec<&str>, Vec<&str>) = w
-            .pairs
+        let (pfs, inside): (Vec<&str>, Vec<&str>) = pairs
             .iter()
             .map(|p| {
                 if direction == StageDir::In {
@@ -269,7 +298,17 @@ impl Stager {
         })
     }
 
-    fn start(&self, w: &StartWork) -> Result<(), Errno> {
+    /// Send `w`'s `StageStartReq`: true when the coordinator took it, false when the
+    /// stage is no longer queued (nothing sent).
+    fn start(&self, w: &StartWork) -> Result<bool, Errno> {
+        let pairs = match lock(&self.db).start_pairs(w.stage) {
+            Ok(Some(p)) => p,
+            Ok(None) => return Ok(false),
+            Err(e) => {
+                tracing::error!(stage = w.stage, "stage start: its pairs: {e}");
+                return Err(Errno::EIO);
+            }
+        };
         let ep = self
             .servers
             .admin_endpoint(&w.address)
@@ -278,7 +317,14 @@ impl Stager {
             StageDirection::In => StageDir::In,
             StageDirection::Out => StageDir::Out,
         };
-        let ticket = self.ticket(w, direction)?;
+        let pairs: Vec<StagePair> = pairs
+            .into_iter()
+            .map(|p| StagePair {
+                source: p.source,
+                destination: p.destination,
+            })
+            .collect();
+        let ticket = self.ticket(w, &pairs, direction)?;
         let req = StageStartReq {
             stage: w.stage,
             instance: w.instance,
@@ -288,11 +334,11 @@ impl Stager {
                 StageType::Directory => stage_kind::DIRECTORY,
                 StageType::List => stage_kind::LIST,
             },
-            pairs: wire_pairs(w),
+            pairs,
             ticket,
             files_in_flight: self.settings.files_in_flight,
         };
-        ep.call(&req).map(|_| ())
+        ep.call(&req).map(|_| true)
     }
 
     /// A watcher thread for every live stage that has none.

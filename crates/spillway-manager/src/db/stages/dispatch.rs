@@ -10,16 +10,17 @@ use super::{
 use crate::db::{now, Db, DbResult};
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use spillway_api::stage_path::StagePath;
-use spillway_api::{StageState, StageType};
+use spillway_api::{StageDirection, StagePair, StageState, StageType};
 use std::collections::{HashMap, HashSet};
 
-/// A queued stage as the dispatcher reads it.
+/// A queued stage as the dispatcher reads it: not its paths, which a list stage has by
+/// the thousand; the stage's starter reads them (`start_pairs`), outside the round.
 struct Queued {
     id: i64,
     instance: i64,
     kind: StageType,
     owner: i64,
-    paths: StagedPaths,
+    direction: StageDirection,
 }
 
 impl Queued {
@@ -29,7 +30,8 @@ impl Queued {
             instance: r.get("instance")?,
             kind: StageType::parse(&r.get::<_, String>("type")?).unwrap_or(StageType::File),
             owner: r.get("owner")?,
-            paths: StagedPaths::from_row(r)?,
+            direction: StageDirection::parse(&r.get::<_, String>("direction")?)
+                .unwrap_or(StageDirection::In),
         })
     }
 }
@@ -129,30 +131,47 @@ impl Db {
 
     /// The queued stages to start now: instances whose fragments are all built (and
     /// told to hold replicas, if a configuration is load-balanced: a file staged in
-    /// before would be on one server only), fewer
-    /// stages running than their concurrency, oldest stage first; the coordinator is
-    /// one of the instance's online servers, spread by stage id.
-    pub fn stage_start_work(&self, default_concurrency: u32) -> DbResult<Vec<StartWork>> {
+    /// before would be on one server only), fewer stages running or `starting` (whose
+    /// starts are under way) than their concurrency, oldest stage first; the
+    /// coordinator is one of the instance's online servers, spread by stage id.
+    pub fn stage_start_work(
+        &self,
+        default_concurrency: u32,
+        starting: &HashSet<u64>,
+    ) -> DbResult<Vec<StartWork>> {
         let queued: Vec<Queued> = {
-            let mut st = self.conn().prepare_cached(&format!(
-                "SELECT id, instance, type, owner, {} FROM stages s WHERE s.state = 'queued'
+            let mut st = self.conn().prepare_cached(
+                "SELECT id, instance, type, owner, direction FROM stages s WHERE s.state = 'queued'
                    AND EXISTS (SELECT 1 FROM fragments f WHERE f.instance = s.instance)
                    AND NOT EXISTS (SELECT 1 FROM fragments f WHERE f.instance = s.instance
                                    AND (f.goal <> 'create' OR f.actualized = 0))
                    AND NOT EXISTS (SELECT 1 FROM configurations c WHERE c.instance = s.instance
                                    AND c.access_mode = 'ldbal' AND c.actualized = 0)
                  ORDER BY s.id",
-                StagedPaths::COLS
-            ))?;
+            )?;
             let rows = st
                 .query_map([], Queued::from_row)?
                 .collect::<Result<Vec<_>, _>>()?;
             rows
         };
         let mut out = Vec::new();
-        // Per instance: stages it may still start, and its servers.
+        // Per instance: stages it may still start, and its servers. A start under way
+        // holds a slot of its instance as a running stage does.
         let mut room: HashMap<i64, (i64, Vec<(String, String)>)> = HashMap::new();
+        for q in &queued {
+            if starting.contains(&(q.id as u64)) {
+                if let Some((free, _)) = room.get_mut(&q.instance) {
+                    *free -= 1;
+                } else {
+                    let (free, nodes) = self.start_room(q.instance, default_concurrency)?;
+                    room.insert(q.instance, (free - 1, nodes));
+                }
+            }
+        }
         for q in queued {
+            if starting.contains(&(q.id as u64)) {
+                continue;
+            }
             let (free, nodes) = match room.entry(q.instance) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
@@ -167,15 +186,30 @@ impl Db {
             out.push(StartWork {
                 stage: q.id as u64,
                 instance: q.instance as u64,
-                direction: q.paths.direction,
+                direction: q.direction,
                 kind: q.kind,
-                pairs: q.paths.into_pairs(),
                 uid: q.owner as u32,
                 node,
                 address,
             });
         }
         Ok(out)
+    }
+
+    /// The (source, destination) pairs of a stage about to start (the one pair of a
+    /// file or directory stage), or None if it is no longer queued.
+    pub fn start_pairs(&self, id: u64) -> DbResult<Option<Vec<StagePair>>> {
+        Ok(self
+            .conn()
+            .query_row(
+                &format!(
+                    "SELECT {} FROM stages WHERE id = ?1 AND state = 'queued'",
+                    StagedPaths::COLS
+                ),
+                [id as i64],
+                |r| StagedPaths::from_row(r).map(StagedPaths::into_pairs),
+            )
+            .optional()?)
     }
 
     /// The coordinator accepted the stage. False if the stage changed meanwhile (it

@@ -12,6 +12,7 @@
 //! * `counts`   — per-file counts (`dw_query_*`), failures, what covers a path.
 //! * `teardown` — ending stages early (terminate, hurry), teardown holds, pruning.
 //! * `dispatch` — the loop side: starting queued stages, what their watchers record.
+//! * `lists`    — the stored form of a list stage's pairs (`stage_lists`).
 //!
 //! Paths: instance paths are absolute from the instance root, PFS paths absolute; both
 //! are kept normalised ([`StagePath`]: no empty, `.` or `..` components, no trailing
@@ -21,6 +22,7 @@
 mod actions;
 mod counts;
 mod dispatch;
+mod lists;
 mod requests;
 mod teardown;
 
@@ -106,8 +108,6 @@ pub struct StartWork {
     pub instance: u64,
     pub direction: StageDirection,
     pub kind: StageType,
-    /// (source, destination) pairs: one for file and directory stages.
-    pub pairs: Vec<StagePair>,
     pub uid: u32,
     /// The coordinator: node name and data-plane address.
     pub node: String,
@@ -199,7 +199,8 @@ fn state_col(r: &Row, col: &str, or: StageState) -> rusqlite::Result<StageState>
 }
 
 /// The paths a stage's row names: its direction with its source and destination (file
-/// and directory stages) or its pairs (list stages, the JSON `pairs` column).
+/// and directory stages) or its pairs (list stages: `stage_lists`, or the JSON `pairs`
+/// column of a row written before it).
 struct StagedPaths {
     direction: StageDirection,
     source: String,
@@ -208,16 +209,23 @@ struct StagedPaths {
 }
 
 impl StagedPaths {
-    /// The columns `from_row` reads (unqualified: `s.direction` reads as well).
-    const COLS: &'static str = "direction, source, destination, pairs";
+    /// The columns `from_row` reads (unqualified: `s.direction` reads as well; the
+    /// query's table must have an `id`, which `stage_lists` has not).
+    const COLS: &'static str = "direction, source, destination, pairs, \
+         (SELECT l.list FROM stage_lists l WHERE l.stage = id) AS list";
 
     fn from_row(r: &Row) -> rusqlite::Result<StagedPaths> {
+        let list: Option<Vec<u8>> = r.get("list")?;
+        let pairs = match list {
+            Some(b) => lists::decode(&b).unwrap_or_default(),
+            None => serde_json::from_str(&r.get::<_, String>("pairs")?).unwrap_or_default(),
+        };
         Ok(StagedPaths {
             direction: StageDirection::parse(&r.get::<_, String>("direction")?)
                 .unwrap_or(StageDirection::In),
             source: r.get("source")?,
             destination: r.get("destination")?,
-            pairs: serde_json::from_str(&r.get::<_, String>("pairs")?).unwrap_or_default(),
+            pairs,
         })
     }
 

@@ -4,11 +4,11 @@
 
 use super::counts::{file_counts, Unenumerated};
 use super::{
-    norm_path, owned_instance, stage_visible, state_col, u, StageFilter, StagedPaths, ACTIVE, EIO,
-    MAX_PAIRS,
+    lists, norm_path, owned_instance, stage_visible, state_col, u, StageFilter, StagedPaths,
+    ACTIVE, EIO, MAX_PAIRS,
 };
 use crate::db::changes::still_wanted;
-use crate::db::{now, Db, DbError, DbResult, Viewer};
+use crate::db::{now, Db, DbError, DbResult, UserLimits, Viewer};
 use crate::echo::cut;
 use rusqlite::{params, OptionalExtension, Row};
 use spillway_api::stage_path::at_or_under;
@@ -16,10 +16,11 @@ use spillway_api::{
     NewStage, Stage, StageDirection, StageError, StagePair, StageState, StageType, StageWhen,
 };
 
-/// The columns `stage_from_row` reads.
+/// The columns `stage_from_row` reads (`list` as `StagedPaths::COLS` has it).
 const COLS: &str = "id, instance, session, owner, direction, type, run_when, source, destination,
      pairs, state, files_total, files_done, files_failed, bytes_total, bytes_done, enumerated,
-     error_path, error_errno, error_message, server, created, started, finished";
+     error_path, error_errno, error_message, server, created, started, finished,
+     (SELECT l.list FROM stage_lists l WHERE l.stage = id) AS list";
 
 /// A stages row (`COLS`) as the API shows it.
 fn stage_from_row(r: &Row) -> rusqlite::Result<Stage> {
@@ -147,6 +148,46 @@ fn checked_paths(req: &NewStage, pfs_roots: &[String]) -> DbResult<StagedPaths> 
     })
 }
 
+/// A user's unended stages and the pairs they name, against `max_stages_per_user` and
+/// `max_stage_pairs_per_user`, for one more stage of `pairs` pairs (1 for a file or
+/// directory stage). Both bound what one user's queue costs every other user: rows the
+/// dispatcher reads, lists it turns into tickets, bytes of the database. A list stage
+/// written before `stage_lists` existed counts its JSON array's length.
+fn check_user_limits(
+    tx: &rusqlite::Transaction,
+    uid: u32,
+    limits: UserLimits,
+    pairs: usize,
+) -> DbResult<()> {
+    let (held, held_pairs): (i64, i64) = tx.query_row(
+        &format!(
+            "SELECT COUNT(*), COALESCE(SUM(COALESCE(
+                 (SELECT l.count FROM stage_lists l WHERE l.stage = s.id),
+                 MAX(json_array_length(s.pairs), 1))), 0)
+             FROM stages s WHERE s.owner = ?1 AND s.state IN {ACTIVE}"
+        ),
+        [uid as i64],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    if held >= i64::from(limits.stages) {
+        return Err(DbError::Conflict(format!(
+            "uid {uid} already has {held} stages not yet ended (queued, running or \
+             deferred); max_stages_per_user is {}: wait for some to end or terminate them",
+            limits.stages
+        )));
+    }
+    if held_pairs.saturating_add(pairs as i64) > i64::from(limits.stage_pairs) {
+        return Err(DbError::Conflict(format!(
+            "uid {uid} already has {held_pairs} files named by stages not yet ended \
+             (queued, running or deferred; a list stage counts its pairs, another stage \
+             one) and this stage names {pairs}; max_stage_pairs_per_user is {}: wait for \
+             some to end or terminate them",
+            limits.stage_pairs
+        )));
+    }
+    Ok(())
+}
+
 impl Db {
     /// Record a new stage. `pfs_roots`: the site's; a PFS path must lie under one.
     pub fn create_stage(
@@ -185,7 +226,7 @@ impl Db {
                 )));
             }
         }
-        let stage_limit = self.user_limits().stages;
+        let limits = self.user_limits();
         let tx = self
             .conn_mut()
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -210,18 +251,7 @@ impl Db {
         if let Viewer::User(uid) = v {
             // Inside the immediate transaction of the insert: two concurrent posts of
             // one user cannot both pass.
-            let held: i64 = tx.query_row(
-                &format!("SELECT COUNT(*) FROM stages WHERE owner = ?1 AND state IN {ACTIVE}"),
-                [uid as i64],
-                |r| r.get(0),
-            )?;
-            if held >= i64::from(stage_limit) {
-                return Err(DbError::Conflict(format!(
-                    "uid {uid} already has {held} stages not yet ended (queued, running or \
-                     deferred); max_stages_per_user is {stage_limit}: wait for some to end or \
-                     terminate them"
-                )));
-            }
+            check_user_limits(&tx, uid, limits, paths.pairs.len().max(1))?;
         }
         let state = if when == StageWhen::JobEnd {
             StageState::Deferred
@@ -241,12 +271,23 @@ impl Db {
                 when.as_str(),
                 paths.source,
                 paths.destination,
-                serde_json::to_string(&paths.pairs).unwrap_or_else(|_| "[]".into()),
+                // The pairs go to stage_lists, once.
+                "[]",
                 state.as_str(),
                 now()
             ],
         )?;
         let id = tx.last_insert_rowid() as u64;
+        if !paths.pairs.is_empty() {
+            tx.execute(
+                "INSERT INTO stage_lists(stage, count, list) VALUES (?1, ?2, ?3)",
+                params![
+                    id as i64,
+                    paths.pairs.len() as i64,
+                    lists::encode(&paths.pairs)
+                ],
+            )?;
+        }
         tx.commit()?;
         self.stage(Viewer::Admin, id)
     }

@@ -241,12 +241,21 @@ impl Db {
 
     /// Finished stages of instances that are gone, older than the retention.
     pub fn prune_stages(&mut self) -> DbResult<usize> {
-        Ok(self.conn().execute(
+        let tx = self.conn_mut().transaction()?;
+        let n = tx.execute(
             &format!(
                 "DELETE FROM stages WHERE state NOT IN {ACTIVE} AND live = 0 AND finished < ?1
                    AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = stages.instance)"
             ),
             [now() - STAGE_RETENTION_SECS],
-        )?)
+        )?;
+        // Their lists go with them.
+        tx.execute(
+            "DELETE FROM stage_lists WHERE NOT EXISTS
+                 (SELECT 1 FROM stages s WHERE s.id = stage_lists.stage)",
+            [],
+        )?;
+        tx.commit()?;
+        Ok(n)
     }
 }

@@ -3,6 +3,7 @@
 //! stages that can never run.
 
 use super::*;
+use std::collections::HashSet;
 
 #[test]
 fn concurrency_limits_running_stages_per_instance() {
@@ -20,18 +21,33 @@ fn concurrency_limits_running_stages_per_instance() {
             .id
         })
         .collect();
-    let w = db.stage_start_work(4).unwrap();
+    let w = db.stage_start_work(4, &Default::default()).unwrap();
     assert_eq!(w.len(), 1);
     assert_eq!(w[0].stage, ids[0]);
-    assert_eq!(w[0].pairs[0].source, "/pfs/0");
+    assert_eq!(db.start_pairs(ids[0]).unwrap().unwrap()[0].source, "/pfs/0");
     // Coordinators are spread by stage id over the instance's online servers.
     assert!(["s0", "s1"].contains(&w[0].node.as_str()));
     db.record_stage_started(ids[0], &w[0].node).unwrap();
-    assert!(db.stage_start_work(4).unwrap().is_empty());
+    assert!(db
+        .stage_start_work(4, &Default::default())
+        .unwrap()
+        .is_empty());
     db.record_stage_end(ids[0], &StageEnd::Complete).unwrap();
-    assert_eq!(db.stage_start_work(4).unwrap()[0].stage, ids[1]);
+    assert_eq!(
+        db.stage_start_work(4, &Default::default()).unwrap()[0].stage,
+        ids[1]
+    );
+    // A start under way holds its instance's slot as a running stage does, and is
+    // not handed out again.
+    let under_way: HashSet<u64> = [ids[1]].into();
+    assert!(db.stage_start_work(4, &under_way).unwrap().is_empty());
     db.set_stage_concurrency(Viewer::Admin, i, 64).unwrap();
-    assert_eq!(db.stage_start_work(4).unwrap().len(), 2);
+    assert_eq!(
+        db.stage_start_work(4, &Default::default()).unwrap().len(),
+        2
+    );
+    let w = db.stage_start_work(4, &under_way).unwrap();
+    assert_eq!(w.iter().map(|w| w.stage).collect::<Vec<_>>(), vec![ids[2]]);
     // The site default applies without a setting of the instance.
     let (mut db2, _, i2) = built(0);
     for n in 0..3 {
@@ -43,12 +59,18 @@ fn concurrency_limits_running_stages_per_instance() {
         )
         .unwrap();
     }
-    assert_eq!(db2.stage_start_work(2).unwrap().len(), 2);
+    assert_eq!(
+        db2.stage_start_work(2, &Default::default()).unwrap().len(),
+        2
+    );
     // No online server: nothing starts.
     for n in ["s0", "s1"] {
         db2.record_heartbeat(n, Err("down".into()), -1).unwrap();
     }
-    assert!(db2.stage_start_work(2).unwrap().is_empty());
+    assert!(db2
+        .stage_start_work(2, &Default::default())
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -65,7 +87,7 @@ fn a_refused_start_fails_and_a_lost_stage_fails_its_pending_files() {
     let b = db
         .create_stage(Viewer::Admin, 0, &file_in(i, "/pfs/x", "/x"), &roots())
         .unwrap();
-    let w = db.stage_start_work(4).unwrap();
+    let w = db.stage_start_work(4, &Default::default()).unwrap();
     db.record_stage_refused(b.id, &w[1].node, 38, "server s1 refused to start stage 2")
         .unwrap();
     let sb = db.stage(Viewer::Admin, b.id).unwrap();
@@ -215,7 +237,7 @@ fn teardown_activates_deferred_stage_outs_and_holds_fragments_until_they_end() {
     assert_eq!(fragments_goal(&db, i), vec![Goal::Create, Goal::Create]);
     assert!(db.destroy_work().unwrap().is_empty());
     // The instance is being destroyed but built: the stage-out starts there.
-    let w = db.stage_start_work(4).unwrap();
+    let w = db.stage_start_work(4, &Default::default()).unwrap();
     assert_eq!(w.len(), 1);
     db.record_stage_started(out.id, &w[0].node).unwrap();
     db.advance().unwrap();
@@ -346,7 +368,7 @@ fn a_start_that_crossed_a_terminate_is_cancelled_on_the_server() {
     let a = db
         .create_stage(Viewer::Admin, 0, &file_in(i, "/pfs/a", "/a"), &roots())
         .unwrap();
-    let w = db.stage_start_work(4).unwrap();
+    let w = db.stage_start_work(4, &Default::default()).unwrap();
     // Terminated while the start was on its way.
     db.stage_action(Viewer::Admin, a.id, StageAction::Terminate)
         .unwrap();

@@ -144,7 +144,7 @@ fn progress(events: Vec<FileEvent>, enumerated: bool, cursor: u64) -> Progress {
 
 /// Start every stage the dispatcher would start now; their ids.
 fn start_all(db: &mut Db) -> Vec<u64> {
-    let work = db.stage_start_work(4).unwrap();
+    let work = db.stage_start_work(4, &Default::default()).unwrap();
     for w in &work {
         assert!(db.record_stage_started(w.stage, &w.node).unwrap());
     }

@@ -332,7 +332,7 @@ fn terminate_and_path_actions() {
     let f = db
         .create_stage(Viewer::Admin, 0, &file_in(i, "/pfs/f", "/f"), &roots())
         .unwrap();
-    for w in db.stage_start_work(4).unwrap() {
+    for w in db.stage_start_work(4, &Default::default()).unwrap() {
         db.record_stage_started(w.stage, &w.node).unwrap();
     }
     db.record_stage_progress(f.id, &progress(vec![ev("/f", FileState::Failed)], true, 1))
@@ -377,8 +377,8 @@ fn lists_take_pairs_and_check_every_one() {
     assert_eq!(s.pairs[1].destination, "/l/b");
     assert_eq!(counts(&db, i, "/l/b", StageScope::File), (0, 1, 0, 0, true));
     assert_eq!(counts(&db, i, "/l", StageScope::Tree), (0, 1, 0, 0, true));
-    let w = db.stage_start_work(4).unwrap();
-    assert_eq!(w[0].pairs.len(), 2);
+    let w = db.stage_start_work(4, &Default::default()).unwrap();
+    assert_eq!(db.start_pairs(w[0].stage).unwrap().unwrap(), s.pairs);
     let mut bad = req.clone();
     bad.pairs[1].source = "/etc/shadow".into();
     assert!(matches!(
@@ -405,6 +405,7 @@ fn stages_per_user_are_limited() {
     db.set_user_limits(UserLimits {
         sessions: 10,
         stages: 2,
+        stage_pairs: 1000,
     });
     // A list stage counts once, however many pairs it has.
     let list = NewStage {
@@ -453,4 +454,115 @@ fn stages_per_user_are_limited() {
     assert!(db
         .create_stage(user, 1001, &file_in(i, "/pfs/z", "/z"), &roots())
         .is_err());
+}
+
+#[test]
+fn stage_pairs_per_user_are_limited() {
+    let user = Viewer::User(1001);
+    let (mut db, _, i) = built(1001);
+    db.set_user_limits(UserLimits {
+        sessions: 10,
+        stages: 100,
+        stage_pairs: 10,
+    });
+    let list = |dir: &str, n: usize| NewStage {
+        pairs: (0..n)
+            .map(|k| StagePair {
+                source: format!("/pfs/{dir}/{k}"),
+                destination: format!("/{dir}/{k}"),
+            })
+            .collect(),
+        ..new_stage(i, StageDirection::In, StageType::List, "", "")
+    };
+    // 6 pairs and a file stage (one): 7 held.
+    let l = db
+        .create_stage(user, 1001, &list("a", 6), &roots())
+        .unwrap();
+    db.create_stage(user, 1001, &file_in(i, "/pfs/f", "/f"), &roots())
+        .unwrap();
+    // 4 more would be 11: refused, naming the limit and the counts.
+    let e = db
+        .create_stage(user, 1001, &list("b", 4), &roots())
+        .unwrap_err();
+    assert!(matches!(e, DbError::Conflict(_)), "{e}");
+    let m = e.to_string();
+    assert!(
+        m.contains("max_stage_pairs_per_user is 10")
+            && m.contains("7 files")
+            && m.contains("names 4"),
+        "{m}"
+    );
+    // 3 fit exactly.
+    db.create_stage(user, 1001, &list("c", 3), &roots())
+        .unwrap();
+    assert!(db
+        .create_stage(user, 1001, &file_in(i, "/pfs/g", "/g"), &roots())
+        .is_err());
+    // An ended stage no longer counts: the list's 6 pairs are free again.
+    db.stage_action(Viewer::Admin, l.id, StageAction::Terminate)
+        .unwrap();
+    db.create_stage(user, 1001, &list("e", 6), &roots())
+        .unwrap();
+    // Admins are not limited, even staging as the user; what they stage as the user
+    // counts as the user's.
+    db.create_stage(
+        Viewer::Admin,
+        0,
+        &NewStage {
+            owner: Some(1001),
+            ..list("d", 20)
+        },
+        &roots(),
+    )
+    .unwrap();
+    assert!(db
+        .create_stage(user, 1001, &file_in(i, "/pfs/h", "/h"), &roots())
+        .is_err());
+}
+
+#[test]
+fn a_list_is_stored_once_and_compactly() {
+    let (mut db, _, i) = built(0);
+    let pairs: Vec<StagePair> = (0..18_000)
+        .map(|k| StagePair {
+            source: format!("/pfs/b/run/in/f{k:05}"),
+            destination: format!("/in/f{k:05}"),
+        })
+        .collect();
+    let s = db
+        .create_stage(
+            Viewer::Admin,
+            0,
+            &NewStage {
+                pairs: pairs.clone(),
+                ..new_stage(i, StageDirection::In, StageType::List, "", "")
+            },
+            &roots(),
+        )
+        .unwrap();
+    assert_eq!(s.pairs, pairs);
+    let (row, list, count): (String, i64, i64) = db
+        .conn()
+        .query_row(
+            "SELECT s.pairs, length(l.list), l.count FROM stages s
+             JOIN stage_lists l ON l.stage = s.id WHERE s.id = ?1",
+            [s.id as i64],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    // Not in the stages row (rewritten whole at every update), once in stage_lists, in
+    // under 8 bytes a pair (it was 50 as JSON).
+    assert_eq!((row.as_str(), count), ("[]", 18_000));
+    assert!(list < 18_000 * 8, "{list}");
+    assert_eq!(db.start_pairs(s.id).unwrap().unwrap(), pairs);
+    // Gone with its stage.
+    db.conn()
+        .execute("DELETE FROM stages WHERE id = ?1", [s.id as i64])
+        .unwrap();
+    db.prune_stages().unwrap();
+    let left: i64 = db
+        .conn()
+        .query_row("SELECT COUNT(*) FROM stage_lists", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(left, 0);
 }
