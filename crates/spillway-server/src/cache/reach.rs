@@ -172,6 +172,7 @@ mod tests {
 
     #[test]
     fn a_closed_ancestor_refuses_others_and_lets_its_owner_through() {
+        // SAFETY: geteuid cannot fail.
         if unsafe { libc::geteuid() } != 0 {
             return; // Taking on another identity needs root.
         }

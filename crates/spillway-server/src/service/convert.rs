@@ -171,6 +171,21 @@ impl From<DirPage> for ReadDirReply {
     }
 }
 
+/// The identity a cache's namespace call is made as (`Caller`): the groups as sent,
+/// at most Linux's NGROUPS_MAX of them (EINVAL beyond, as setgroups answers).
+pub(super) fn caller(
+    c: &spillway_wire::Caller,
+) -> crate::error::StoreResult<spillway_types::identity::Identity> {
+    if c.groups.len() > spillway_wire::MAX_CALLER_GROUPS {
+        return Err(crate::error::fs(spillway_types::Errno::EINVAL));
+    }
+    Ok(spillway_types::identity::Identity {
+        uid: c.uid,
+        gid: c.gid,
+        groups: c.groups.clone(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,19 +249,4 @@ mod tests {
         assert_eq!(expect(3), None);
         assert_eq!(expect(want::DIR), Some(Expect::Dir));
     }
-}
-
-/// The identity a cache's namespace call is made as (`Caller`): the groups as sent,
-/// at most Linux's NGROUPS_MAX of them (EINVAL beyond, as setgroups answers).
-pub(super) fn caller(
-    c: &spillway_wire::Caller,
-) -> crate::error::StoreResult<spillway_types::identity::Identity> {
-    if c.groups.len() > spillway_wire::MAX_CALLER_GROUPS {
-        return Err(crate::error::fs(spillway_types::Errno::EINVAL));
-    }
-    Ok(spillway_types::identity::Identity {
-        uid: c.uid,
-        gid: c.gid,
-        groups: c.groups.clone(),
-    })
 }
