@@ -346,6 +346,10 @@ fn is_full<T>(r: &StoreResult<T>) -> bool {
 
 /// SetAttr of a cached file: a size change cuts the cached stripes on every server
 /// first (so write-behind never writes bytes past the new size), then the PFS file.
+/// A change of times first writes the file's dirty ranges on every server of its
+/// layout to the PFS: a write-behind landing after the times were set would move the
+/// PFS file's mtime to its own time, and `tar -x`, `cp -p`, `rsync -a` would lose the
+/// times they set (issue 30, item 14; docs/cache.md "File times").
 fn set_attr(
     s: &InstanceSession,
     c: &CacheState,
@@ -358,6 +362,11 @@ fn set_attr(
         if a.kind == FileKind::Regular {
             s.fragment.cache_truncate(c, &a, size)?;
         }
+    }
+    if ch.atime.is_some() || ch.mtime.is_some() {
+        // A no-op for what is not a regular file (cache_flush looks).
+        s.fragment
+            .cache_flush(c, ino, spillway_wire::flush_scope::FILE)?;
     }
     ns.set_attr(ino, ch)
 }

@@ -126,7 +126,10 @@ impl CacheStripes {
         if snap.is_empty() {
             return Ok(Some(FlushStats::default()));
         }
-        let r = write_out(data, pfs, ino, &snap);
+        // Read after the snapshot: a write landing meanwhile only makes it later, and
+        // that write's range stays dirty for the next flush anyway.
+        let wrote_at = self.state().inodes.get(&ino).and_then(|i| i.wrote_at);
+        let r = write_out(data, pfs, ino, &snap, wrote_at);
         let ok = matches!(r, Ok(Some(_)));
         let left = match &r {
             Ok(Some((_, v))) => *v,
@@ -319,13 +322,15 @@ fn waiting(i: &Inode, policy: &FlushPolicy, now: Instant) -> bool {
     at.checked_add(wait).is_some_and(|t| now < t)
 }
 
-/// Write the snapshot's dirty ranges to the PFS file and fdatasync it; with what was
-/// written, the file's version after it (None if it could not be stat'ed).
+/// Write the snapshot's dirty ranges to the PFS file, give it back the mtime of the
+/// writes (`wrote_at`, mtime.rs), and fdatasync it; with what was written, the file's
+/// version after it (None if it could not be stat'ed).
 fn write_out(
     data: &DataStore,
     pfs: &dyn PfsFiles,
     ino: InodeNo,
     snap: &[Snap],
+    wrote_at: Option<spillway_types::Timespec>,
 ) -> StoreResult<Option<(FlushStats, Option<PfsVersion>)>> {
     let ss = u64::from(pfs.stripe_size(ino)?);
     if ss == 0 {
@@ -334,6 +339,7 @@ fn write_out(
     let Some(f) = pfs.open_write(ino)? else {
         return Ok(None);
     };
+    let before = super::mtime::mtime_of(&f);
     let mut stats = FlushStats::default();
     for (k, s, e) in plan(snap) {
         let at = k
@@ -352,6 +358,9 @@ fn write_out(
         }
         stats.writes += 1;
         stats.bytes += n;
+    }
+    if let Some(w) = wrote_at {
+        super::mtime::keep_write_time(&f, ino, before, w);
     }
     f.sync_data()?;
     Ok(Some((stats, PfsVersion::of_file(&f).ok())))

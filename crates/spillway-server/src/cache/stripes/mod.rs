@@ -29,6 +29,7 @@ mod evict;
 mod fetch;
 mod flush;
 mod logfile;
+mod mtime;
 mod state;
 mod truncate;
 mod write;

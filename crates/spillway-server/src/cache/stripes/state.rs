@@ -8,7 +8,7 @@
 
 use crate::cache::coherence::PfsVersion;
 use crate::cache::ranges::RangeSet;
-use spillway_types::InodeNo;
+use spillway_types::{InodeNo, Timespec};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
@@ -98,6 +98,9 @@ pub(super) struct Inode {
     pub blocked: bool,
     /// The PFS file's version after this server's last write-behind of it.
     pub flushed: Option<PfsVersion>,
+    /// The wall-clock time of its last write absorbed here: the mtime its write-behind
+    /// leaves on the PFS file (mtime.rs), not the time of the write-behind itself.
+    pub wrote_at: Option<Timespec>,
 }
 
 impl Inode {

@@ -974,3 +974,31 @@ fn a_drop_waits_for_a_reader_that_was_promised_its_bytes() {
     });
     assert!(r.stored(a).is_empty());
 }
+
+#[test]
+fn write_behind_leaves_the_write_s_time_as_the_mtime() {
+    use std::os::unix::fs::MetadataExt;
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let a = InodeNo(102);
+    r.set_pfs(a, &[1; 1000]);
+    let before = spillway_types::Timespec::now();
+    r.write(a, 100, &[2; 200000]);
+    let after = spillway_types::Timespec::now();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    r.flush(a);
+    let m = std::fs::metadata(r.pfs.path(a)).unwrap();
+    let mtime = spillway_types::Timespec {
+        sec: m.mtime(),
+        nsec: m.mtime_nsec() as u32,
+    };
+    // Not the flush's time, a second later: the write's.
+    assert!(
+        before <= mtime && mtime <= after,
+        "{mtime:?} not in {before:?}..{after:?}"
+    );
+    // And the version the flush recorded is the file's with that mtime.
+    assert_eq!(
+        r.c.inode_status(&r.data, a).flushed,
+        Some(pfs_version(&r, a))
+    );
+}

@@ -14,7 +14,7 @@ use super::state::minus;
 use super::CacheStripes;
 use crate::cache::wblog::Kind;
 use crate::error::{StoreError, StoreResult};
-use spillway_types::InodeNo;
+use spillway_types::{InodeNo, Timespec};
 use std::time::Instant;
 
 /// A write in progress on `[start, end)` of a stripe. Dropped without `finish`, the
@@ -104,6 +104,7 @@ impl CacheStripes {
                 if !was_dirty {
                     inode.dirty_since = Some(Instant::now());
                 }
+                inode.wrote_at = Some(Timespec::now());
                 self.append(&mut inode.last_seq, Kind::Dirty, ino, stripe, (s, end))
                     .map_err(|err| {
                         // The range stays dirty here and is written behind, but a
