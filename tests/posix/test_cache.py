@@ -423,9 +423,11 @@ def small_cache(request, spillway_bin, pfs):
 def test_a_cache_smaller_than_the_writes_never_answers_a_short_write(small_cache, users):
     """300 MiB in 1 MiB writes, then 96 MiB in 8 KiB writes, by a user, through a
     64 MiB cache: every write(2) returns its full count (the servers make room by
-    evicting and writing behind instead of answering what fit), and the PFS ends
-    byte-identical. Before: the write that found a fragment nearly full was answered
-    with the part that fit, and applications do not retry short writes."""
+    evicting and writing behind instead of answering what fit), a read through the
+    mount while the cache is full of unwritten data gets its bytes (not ENOSPC), and
+    the PFS ends byte-identical. Before: the write that found a fragment nearly full
+    was answered with the part that fit, or ENOSPC, and applications do not retry
+    short writes."""
     c, small = small_cache
     u1, _ = users
     big, little = 300 * MiB, 96 * MiB

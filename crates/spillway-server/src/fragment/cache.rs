@@ -292,6 +292,8 @@ impl super::Fragment {
             self.open_pfs_dir,
         )?;
         // Two configure requests racing: the second one's state is dropped unused.
+        self.data.no_direct_writes();
+        state.stripes.set_room_wait(self.cache_room_wait);
         let _ = self.cache.set(state);
         Ok(())
     }

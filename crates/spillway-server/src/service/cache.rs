@@ -320,7 +320,7 @@ fn write_with_room(
         // The grant paid for the first try only; the rest claims unpromised space.
         part.offset = r.offset + done;
         part.charged = 0;
-        let by = *deadline.get_or_insert_with(|| Instant::now() + f.cache_room_wait);
+        let by = *deadline.get_or_insert_with(|| Instant::now() + c.stripes.room_wait());
         // Past the deadline no more tries, even if room was reported (bounded always).
         if !f.cache_make_room(c, u64::from(len - done), by) || Instant::now() >= by {
             return if done > 0 {

@@ -32,6 +32,12 @@ const GAP: u64 = 64 << 10;
 /// stream reaches the PFS about when it would have written directly.
 pub(super) const STREAM_RUN: u64 = 1 << 20;
 
+/// A file with this many dirty ranges here is written behind at once: a PFS counts
+/// operations as well as bytes, and a random writer's backlog in operations grows long
+/// before its bytes reach the threshold or its age the maximum; started early, the
+/// write-behind overlaps the writer instead of following it.
+const MANY_RANGES: usize = 1024;
+
 /// When write-behind starts for an inode (docs/cache.md, "Policies and paths").
 #[derive(Clone, Debug)]
 pub(crate) struct FlushPolicy {
@@ -256,7 +262,8 @@ impl CacheStripes {
                 let old = i.recovered
                     || i.dirty_since
                         .is_some_and(|t| now.duration_since(t) >= policy.max_age);
-                if pressed || old || bytes > policy.modified_threshold || streamed(i) {
+                let busy = streamed(i) || ranges(i) >= MANY_RANGES;
+                if pressed || old || bytes > policy.modified_threshold || busy {
                     // Recovered first, then oldest first.
                     due.push((!i.recovered, i.dirty_since, ino));
                 }
@@ -319,6 +326,11 @@ pub(super) fn streamed(i: &Inode) -> bool {
     i.stripes
         .values()
         .any(|s| s.dirty.iter().any(|(a, b)| b - a >= STREAM_RUN))
+}
+
+/// The inode's dirty ranges here.
+fn ranges(i: &Inode) -> usize {
+    i.stripes.values().map(|s| s.dirty.iter().count()).sum()
 }
 
 /// Whether the inode is waiting out the backoff of a failed flush.

@@ -52,7 +52,7 @@ use logfile::{open_for_sync, LogState, Synced};
 use spillway_types::InodeNo;
 use state::{Inode, State};
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -73,6 +73,9 @@ pub(crate) struct CacheStripes {
     /// Rung when a file is being streamed (flush.rs, `STREAM_RUN`): the fragment's
     /// write-behind thread starts its pass at once instead of at the next second.
     kick: Arc<Kick>,
+    /// How long a write or fetch that finds the fragment full waits for room (ms; the
+    /// server's `cache_room_wait`, room.rs).
+    room_wait_ms: AtomicU64,
 }
 
 /// A doorbell for the write-behind thread.
@@ -136,7 +139,18 @@ impl CacheStripes {
             sync_done: Condvar::new(),
             adopted: AtomicBool::new(false),
             kick: Arc::default(),
+            room_wait_ms: AtomicU64::new(20_000),
         })
+    }
+
+    /// How long a write or fetch that finds the fragment full waits for room.
+    pub(crate) fn room_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.room_wait_ms.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_room_wait(&self, wait: std::time::Duration) {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        self.room_wait_ms.store(ms, Ordering::Relaxed);
     }
 
     /// The doorbell of the write-behind thread (it outlives a fragment that goes).
