@@ -746,6 +746,24 @@ fn a_full_cache_makes_room_by_writing_behind_and_evicting() {
 }
 
 #[test]
+fn a_read_miss_into_a_cache_full_of_dirty_data_makes_room() {
+    // Two stripes of room, both dirty (inode A): a read of inode B's PFS bytes writes
+    // A behind and evicts it rather than failing ENOSPC.
+    let ss = 64 * KIB;
+    let r = rig(ss as u32, 2 * ss, 0);
+    let (a, b) = (InodeNo(74), InodeNo(75));
+    let fa = Rng(74).bytes(2 * ss as usize);
+    let fb = Rng(75).bytes(ss as usize);
+    r.set_pfs(a, b"");
+    r.set_pfs(b, &fb);
+    r.write(a, 0, &fa);
+    assert_eq!(r.data.room(), 0);
+    assert_eq!(r.read(b, 0, ss as usize), fb);
+    assert_eq!(r.pfs_bytes(a), fa);
+    assert!(!r.c.is_dirty(a));
+}
+
+#[test]
 fn a_full_cache_whose_pfs_fails_gives_up_at_the_deadline_and_keeps_its_data() {
     let ss = 64 * KIB;
     let r = rig(ss as u32, 2 * ss, 0);
