@@ -27,16 +27,27 @@
 #              fsync). The writes cover a sixteenth of the file by default: covering all of
 #              it would let the PFS's page cache turn them into one sequential writeback.
 #              Then the time until the PFS holds them, from fio's exit: until the PFS
-#              file shows every block written (`fio --verify_only` with the same seed:
-#              the crc32c fio put in each block, read through the PFS's page cache), and
-#              until, besides, none of the file's pages is dirty or under writeback
-#              (cachestat(2)): the blocks are on the PFS's device. The servers write
-#              behind with pwrite and then fdatasync, so the first comes long before the
-#              second. For the PFS-direct run both are 0 (its fsync put them there);
-#              they are checked once to show the checks work.
+#              file has its size, none of its pages is dirty or under writeback
+#              (cachestat(2)) and, checked once that holds, it shows every block written
+#              (`fio --verify_only` with the same seed: the crc32c fio put in each block,
+#              read through the PFS's page cache) and is still clean: the blocks are on
+#              the PFS's device. For the PFS-direct run it is 0 (its fsync put them
+#              there); it is checked once to show the checks work.
+#              Counted to the PFS: writes / (fio's seconds + the seconds until they
+#              are on the PFS's device), against the PFS directly (its fio run).
+#   seqwrite   CACHE_BENCH_SEQ written sequentially in 1 MiB writes (fio psync, fsync at
+#              the end) into a fresh file, on the PFS directly and through the cache: at
+#              the application (fio's MiB/s) and counted to the PFS (bytes / (fio's
+#              seconds + the seconds until the PFS holds them on its device), checked
+#              as for randwrite).
+#   mixed      one seqwrite stream and one randwrite writer at once (two fio processes,
+#              each into its own file): bytes of both / seconds until both are on the
+#              PFS's device, directly and through the cache.
 #   CPU        seconds of the cluster's processes (servers and mount, all threads) per GiB
-#              of the second read, and per randwrite run including its write-behind.
-# Target (issue 18): randwrite >= 5x the PFS directly. The read ratio has no target.
+#              of the second read, and per write run including its write-behind.
+# Targets (issues 18, 30): randwrite >= 5x the PFS directly at the application and >=
+# 1.0x counted to the PFS; seqwrite >= 0.95x counted to the PFS. The read ratio, seqwrite
+# at the application and the mixed run have no target.
 #
 #   bench/cache.sh                  (BENCH_REPS, BENCH_RAW_ONLY, BENCH_WORK, BENCH_TUNABLES:
 #                                    see bench/lib.sh; BENCH_TUNABLES is added to the
@@ -44,6 +55,8 @@
 #   CACHE_BENCH_SIZE=4G             the file read (CACHE_BENCH_SIZE=1G for a quick run)
 #   CACHE_BENCH_RW_FILE=1G          the file written at random
 #   CACHE_BENCH_RW_IO=64M           bytes of 4 KiB random writes into it per run
+#   CACHE_BENCH_SEQ=2G              bytes of the sequential stream per run
+#   CACHE_BENCH_PARTS="read rand seq mixed"   the parts run (figures of the others: -)
 #   CACHE_BENCH_PFS_MIBS=200        the PFS's throttle, MiB/s each way
 #   CACHE_BENCH_PFS_IOPS=2000       the PFS's throttle, IOPS each way
 #   CACHE_BENCH_CAPACITY=8G         the cache instance's capacity
@@ -61,7 +74,13 @@ PFS_MIBS="${CACHE_BENCH_PFS_MIBS:-200}"
 PFS_IOPS="${CACHE_BENCH_PFS_IOPS:-2000}"
 CAPACITY="${CACHE_BENCH_CAPACITY:-8G}"
 PFS_WAIT="${CACHE_BENCH_PFS_WAIT:-600}"
+SEQ="${CACHE_BENCH_SEQ:-2G}"
+PARTS=" ${CACHE_BENCH_PARTS:-read rand seq mixed} "
+# part NAME: true when NAME is one of the parts to run.
+part() { [[ "$PARTS" == *" $1 "* ]]; }
 RW_TARGET=5
+RW_PFS_TARGET=1.0
+SEQ_PFS_TARGET=0.95
 
 IMAGE="$BENCH_WORK/cache-pfs.img"
 PFS="$BENCH_WORK/cache-pfs"
@@ -78,6 +97,7 @@ SIZE_BYTES="$(bytes "$SIZE")"
 RW_FILE_BYTES="$(bytes "$RW_FILE")"
 RW_IO_BYTES="$(bytes "$RW_IO")"
 RW_WRITES=$((RW_IO_BYTES / 4096))
+SEQ_BYTES="$(bytes "$SEQ")"
 [[ $RW_IO_BYTES -le $RW_FILE_BYTES ]] || die "CACHE_BENCH_RW_IO ($RW_IO) exceeds CACHE_BENCH_RW_FILE ($RW_FILE)"
 
 bench_init
@@ -150,25 +170,40 @@ fio_read() {
         --output-format=json --output="$2" >/dev/null
 }
 
-# The random writes: every 4 KiB block written once (fio's random map), in an order given
-# by the seed; verify=crc32c puts a checksummed header in each block, so that `fio
+# The writes: every block written once (fio's random map, or in order), in an order
+# given by the seed; verify=crc32c puts a checksummed header in each block, so that `fio
 # --verify_only` with the same seed can later check the blocks wherever the file is.
-# RW_RUN_IO: bytes written by the next runs (a warm-up writes a quarter).
+# KIND rand: RW_RUN_IO bytes of 4 KiB random writes into a sparse RW_FILE file (a
+# warm-up writes a quarter); KIND seq: SEQ_BYTES in 1 MiB writes, in order.
 RW_RUN_IO=$RW_IO_BYTES
-RW_OPTS=(--name=randwrite --rw=randwrite --bs=4k --size="$RW_FILE_BYTES" --ioengine=psync
-    --fallocate=none --verify=crc32c --verify_state_save=0)
+wopts() {
+    case $1 in
+    rand) echo "--name=randwrite --rw=randwrite --bs=4k --size=$RW_FILE_BYTES --io_size=$RW_RUN_IO" ;;
+    seq) echo "--name=seqwrite --rw=write --bs=1M --size=$SEQ_BYTES --io_size=$SEQ_BYTES" ;;
+    esac
+}
+COMMON_OPTS=(--ioengine=psync --fallocate=none --verify=crc32c --verify_state_save=0)
 
-# fio_randwrite FILE SEED OUT: the writes, then one fsync.
-fio_randwrite() {
-    (cd "$JSON" && fio --filename="$1" "${RW_OPTS[@]}" --io_size="$RW_RUN_IO" --randseed="$2" --end_fsync=1 --do_verify=0 \
-        --output-format=json --output="$3" >/dev/null)
+# fio_write KIND FILE SEED OUT: the writes, then one fsync.
+fio_write() {
+    local -a o
+    read -r -a o <<<"$(wopts "$1")"
+    (cd "$JSON" && fio --filename="$2" "${o[@]}" "${COMMON_OPTS[@]}" --randseed="$3" --end_fsync=1 --do_verify=0 \
+        --output-format=json --output="$4" >/dev/null)
 }
 
-# holds FILE SEED: true when FILE holds every block fio_randwrite SEED wrote (read through
-# the page cache: invalidate=0).
+# holds KIND FILE SEED: true when FILE holds every block fio_write KIND SEED wrote (read
+# through the page cache: invalidate=0). Never on a file shorter than the run's: fio
+# would lay it out, writing into the PFS file it is checking.
 holds() {
-    (cd "$JSON" && fio --filename="$1" "${RW_OPTS[@]}" --io_size="$RW_RUN_IO" --randseed="$2" --verify_only=1 \
-        --verify_fatal=1 --invalidate=0 --output="$JSON/verify.txt" >/dev/null 2>&1)
+    local -a o
+    local size want=$SEQ_BYTES
+    [[ $1 == seq ]] || want=$RW_FILE_BYTES
+    size="$(stat -c %s "$2" 2>/dev/null || echo 0)"
+    ((size >= want)) || return 1
+    read -r -a o <<<"$(wopts "$1")"
+    (cd "$JSON" && fio --filename="$2" "${o[@]}" "${COMMON_OPTS[@]}" --randseed="$3" --verify_only=1 \
+        --verify_fatal=1 --invalidate=0 --output="$JSON/verify-$1.txt" >/dev/null 2>&1)
 }
 
 # pfs_clean FILE: true when none of FILE's pages in the page cache is dirty or under
@@ -194,43 +229,101 @@ PYEOF
     return "$rc"
 }
 
-# randwrite_run LABEL DIR PFS_FILE SEED: one run into a fresh sparse DIR/rw.dat; sets
-# IOPS, FIO_S (fio's seconds, writes + fsync), SEEN_S (from fio's exit until PFS_FILE
-# shows every block written, in its page cache), TOPFS_S (until it shows them and none
-# of its pages is dirty or under writeback: they are on the PFS's device) and CPU_S (the
-# cluster's CPU seconds over all of it; "-" for the PFS directly, where both are 0).
-randwrite_run() {
-    local label=$1 dir=$2 pfs_file=$3 seed=$4 c0=- c1=- t0 polls=0
-    rm -f "$dir/rw.dat"
-    truncate -s "$RW_FILE_BYTES" "$dir/rw.dat"
-    sync
-    [[ "$label" == pfs ]] || c0="$(cpu_ticks)"
-    fio_randwrite "$dir/rw.dat" "$seed" "$JSON/rw.json"
-    t0=$EPOCHREALTIME
-    SEEN_S=""
+# wait_on_pfs LABEL T0 KIND:FILE:SEED...: poll until every FILE holds its blocks and none
+# of its pages is dirty or under writeback (TOPFS_S, seconds since EPOCHREALTIME T0): the
+# cheap checks first (its size reached, no dirty page: cachestat(2)), then fio's verify
+# of every block (which reads the whole file: only once the cheap checks pass, so its
+# own time is counted once, not at every poll). POLLS: the polls that failed (0: it was
+# all there at once).
+wait_on_pfs() {
+    local label=$1 t0=$2 spec kind file seed ok size want
+    shift 2
+    POLLS=0
     while :; do
-        if [[ -z "$SEEN_S" ]] && holds "$pfs_file" "$seed"; then
-            SEEN_S="$(elapsed "$t0")"
+        ok=1
+        for spec in "$@"; do
+            IFS=: read -r kind file seed <<<"$spec"
+            want=$SEQ_BYTES
+            [[ $kind == seq ]] || want=$RW_FILE_BYTES
+            size="$(stat -c %s "$file" 2>/dev/null || echo 0)"
+            if ((size < want)) || ! pfs_clean "$file"; then
+                ok=0
+                break
+            fi
+        done
+        if ((ok)); then
+            for spec in "$@"; do
+                IFS=: read -r kind file seed <<<"$spec"
+                holds "$kind" "$file" "$seed" || { ok=0; break; }
+            done
+            # Clean still: the verify's reads saw what is on the device.
+            if ((ok)); then
+                for spec in "$@"; do
+                    IFS=: read -r kind file seed <<<"$spec"
+                    pfs_clean "$file" || { ok=0; break; }
+                done
+            fi
+            ((ok)) && break
         fi
-        if [[ -n "$SEEN_S" ]] && pfs_clean "$pfs_file"; then
-            break
-        fi
-        polls=$((polls + 1))
+        POLLS=$((POLLS + 1))
         if [[ "$label" == pfs ]]; then
-            die "$pfs_file does not hold the blocks fio wrote and fsynced, or has dirty pages ($(grep -m1 -i 'verify' "$JSON/verify.txt" || true))"
+            die "the PFS does not hold the blocks fio wrote and fsynced, or has dirty pages ($(cat "$JSON"/verify-*.txt 2>/dev/null | grep -m1 -i 'verify' || true))"
         fi
         if (($(fmt "$(calc "$EPOCHREALTIME - $t0")" 0) > PFS_WAIT)); then
-            die "$label: the PFS did not hold the writes $PFS_WAIT s after fio's exit (shown: ${SEEN_S:-no, $(grep -m1 -i 'verify' "$JSON/verify.txt" || true)}; logs: $CLUSTER_DIR/logs/)"
+            die "$label: the PFS did not hold the writes $PFS_WAIT s after fio's exit (logs: $CLUSTER_DIR/logs/)"
         fi
-        sleep 0.2
+        sleep 0.1
     done
     TOPFS_S="$(elapsed "$t0")"
+    if [[ $POLLS -eq 0 ]]; then TOPFS_S=0; fi
+}
+
+# fresh_file KIND FILE: FILE made anew (a sparse RW_FILE for rand, empty for seq), synced.
+fresh_file() {
+    rm -f "$2"
+    if [[ $1 == rand ]]; then truncate -s "$RW_FILE_BYTES" "$2"; else : >"$2"; fi
+    sync
+}
+
+# write_run KIND LABEL DIR PFS_DIR SEED: one run into a fresh DIR/KIND.dat; sets IOPS and
+# MIBS (fio's), FIO_S (fio's seconds, writes + fsync), TOPFS_S (from fio's exit until
+# PFS_DIR/KIND.dat holds every block written and none of its pages is dirty or under
+# writeback: they are on the PFS's device) and CPU_S (the cluster's CPU seconds over all of it; "-" for the PFS directly, where
+# both are 0).
+write_run() {
+    local kind=$1 label=$2 dir=$3 pfs_dir=$4 seed=$5 c0=- c1=- t0
+    fresh_file "$kind" "$dir/$kind.dat"
+    [[ "$label" == pfs ]] || c0="$(cpu_ticks)"
+    fio_write "$kind" "$dir/$kind.dat" "$seed" "$JSON/$kind.json"
+    t0=$EPOCHREALTIME
+    wait_on_pfs "$label" "$t0" "$kind:$pfs_dir/$kind.dat:$seed"
     [[ "$label" == pfs ]] || c1="$(cpu_ticks)"
     CPU_S="$(cpu_seconds "$c0" "$c1")"
-    IOPS="$(fio_json "$JSON/rw.json" 'j["write"]["iops"]')"
-    FIO_S="$(fio_json "$JSON/rw.json" 'j["job_runtime"] / 1000')"
-    if [[ $polls -eq 0 ]]; then SEEN_S=0 TOPFS_S=0; fi
-    rm -f "$dir/rw.dat"
+    IOPS="$(fio_json "$JSON/$kind.json" 'j["write"]["iops"]')"
+    MIBS="$(fio_json "$JSON/$kind.json" 'j["write"]["bw_bytes"] / 2**20')"
+    FIO_S="$(fio_json "$JSON/$kind.json" 'j["job_runtime"] / 1000')"
+    rm -f "$dir/$kind.dat"
+}
+
+# mixed_run LABEL DIR PFS_DIR SEED: the stream and the random writer at once, each into
+# its fresh file; sets APP_S (until both fio processes exit) and ALL_S (until, besides,
+# both files are on the PFS's device).
+mixed_run() {
+    local label=$1 dir=$2 pfs_dir=$3 seed=$4 t0 pa pb
+    fresh_file rand "$dir/rand.dat"
+    fresh_file seq "$dir/seq.dat"
+    t0=$EPOCHREALTIME
+    fio_write seq "$dir/seq.dat" "$seed" "$JSON/mseq.json" &
+    pa=$!
+    fio_write rand "$dir/rand.dat" "$seed" "$JSON/mrand.json" &
+    pb=$!
+    wait "$pa" || die "$label: the mixed run's stream failed"
+    wait "$pb" || die "$label: the mixed run's random writer failed"
+    APP_S="$(elapsed "$t0")"
+    # For the PFS directly both were fsynced: on the device already (checked).
+    wait_on_pfs "$label" "$EPOCHREALTIME" "seq:$pfs_dir/seq.dat:$seed" "rand:$pfs_dir/rand.dat:$seed"
+    ALL_S="$(elapsed "$t0")"
+    rm -f "$dir/rand.dat" "$dir/seq.dat"
 }
 
 # report_plain FIGURE UNIT RAW SPILLWAY NOTE: a row without a target, as report prints.
@@ -246,7 +339,7 @@ report_plain() {
 # ------------------------------------------------------------------ the PFS
 
 step "cache: a cache instance over a slow PFS (XFS on a loop device, $PFS_MIBS MiB/s and $PFS_IOPS IOPS each way)"
-img_gib=$(((SIZE_BYTES + 2 * RW_FILE_BYTES) / 1073741824 + 2))
+img_gib=$(((SIZE_BYTES + 4 * RW_FILE_BYTES + 4 * SEQ_BYTES) / 1073741824 + 2))
 ((img_gib >= 6)) || img_gib=6
 loop_umount "$PFS"
 rm -f "$IMAGE"
@@ -307,6 +400,11 @@ fi
 
 # ------------------------------------------------------------------ read
 
+# The figures of the parts not run stay "-".
+PFS_R=- CACHE_R=- PFS_W=- CACHE_W=- PFS_WP=- CACHE_WP=- PFS_S=- CACHE_S=- CACHE_SP=-
+PFS_M=- CACHE_M=- CACHE_MA=-
+
+if part read; then
 step "cache: sequential read of a $SIZE PFS file (fio, 1 MiB blocks, caches dropped first)"
 pfs_r=() cache_r=() cache_r_cpu=() cache_r_pfs=()
 if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
@@ -339,59 +437,128 @@ if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
     CACHE_R="$(fmt "$(median "${cache_r[@]}")" 0)"
     info "median: pfs directly $PFS_R MiB/s, cache $CACHE_R MiB/s (CPU $(fmt "$(median "${cache_r_cpu[@]}")" 2) s/GiB)"
 fi
+fi
 
 # ------------------------------------------------------------------ random writes
 
+# to_pfs UNITS FIO_S TOPFS_S: UNITS (writes or MiB) per second counted until on the PFS.
+to_pfs() { fmt "$(calc "$1 / ($2 + $3)")" 1; }
+
+if part rand; then
 step "cache: $RW_WRITES x 4 KiB random writes ($RW_IO) into a $RW_FILE sparse file, fsync at the end"
-pfs_w=() pfs_ws=() cache_w=() cache_ws=() cache_seen=() cache_topfs=() cache_cpu=()
+pfs_w=() pfs_wp=() cache_w=() cache_wp=() cache_cpu=()
 info "warm-up runs of a quarter of the writes (discarded)"
 RW_RUN_IO=$((RW_IO_BYTES / 4 / 4096 * 4096))
-randwrite_run pfs "$PFS_DIRECT" "$PFS_DIRECT/rw.dat" 999
+write_run rand pfs "$PFS_DIRECT" "$PFS_DIRECT" 999
 if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
-    randwrite_run cache "$CLUSTER_MNT" "$PFS_CACHED/rw.dat" 999
+    write_run rand cache "$CLUSTER_MNT" "$PFS_CACHED" 999
     info "cache warm-up: $(fmt "$IOPS" 0) IOPS; on the PFS's device $TOPFS_S s after fio's exit"
 fi
 RW_RUN_IO=$RW_IO_BYTES
 for ((rep = 1; rep <= BENCH_REPS; rep++)); do
     seed=$((1000 + rep))
-    randwrite_run pfs "$PFS_DIRECT" "$PFS_DIRECT/rw.dat" "$seed"
-    pfs_w+=("$IOPS") pfs_ws+=("$FIO_S")
+    write_run rand pfs "$PFS_DIRECT" "$PFS_DIRECT" "$seed"
+    pfs_w+=("$IOPS") pfs_wp+=("$(to_pfs "$RW_WRITES" "$FIO_S" "$TOPFS_S")")
     line="pfs directly $(fmt "$IOPS" 0) IOPS (${FIO_S} s)"
     if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
-        randwrite_run cache "$CLUSTER_MNT" "$PFS_CACHED/rw.dat" "$seed"
-        cache_w+=("$IOPS") cache_ws+=("$FIO_S") cache_seen+=("$SEEN_S") cache_topfs+=("$TOPFS_S") cache_cpu+=("$CPU_S")
-        line+=", cache $(fmt "$IOPS" 0) IOPS (${FIO_S} s); after fio's exit the PFS shows them at $SEEN_S s, has them on its device at $TOPFS_S s; CPU $CPU_S s"
+        write_run rand cache "$CLUSTER_MNT" "$PFS_CACHED" "$seed"
+        cache_w+=("$IOPS") cache_wp+=("$(to_pfs "$RW_WRITES" "$FIO_S" "$TOPFS_S")") cache_cpu+=("$CPU_S")
+        line+=", cache $(fmt "$IOPS" 0) IOPS (${FIO_S} s); after fio's exit the PFS has them on its device at $TOPFS_S s (${cache_wp[-1]} IOPS counted to the PFS); CPU $CPU_S s"
     fi
     info "run $rep/$BENCH_REPS: $line"
 done
 PFS_W="$(fmt "$(median "${pfs_w[@]}")" 0)"
-PFS_WS="$(fmt "$(median "${pfs_ws[@]}")" 2)"
-CACHE_W=- CACHE_ALL=-
+PFS_WP="$(fmt "$(median "${pfs_wp[@]}")" 0)"
+CACHE_W=- CACHE_WP=-
 if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
     CACHE_W="$(fmt "$(median "${cache_w[@]}")" 0)"
-    CACHE_WS="$(fmt "$(median "${cache_ws[@]}")" 2)"
-    CACHE_SEEN="$(fmt "$(median "${cache_seen[@]}")" 2)"
-    CACHE_TOPFS="$(fmt "$(median "${cache_topfs[@]}")" 2)"
-    CACHE_ALL="$(fmt "$(calc "$CACHE_WS + $CACHE_TOPFS")" 2)"
-    info "median: pfs directly $PFS_W IOPS ($PFS_WS s), cache $CACHE_W IOPS ($CACHE_WS s; the PFS shows them $CACHE_SEEN s after fio's exit, has them on its device at $CACHE_TOPFS s; CPU $(fmt "$(median "${cache_cpu[@]}")" 2) s per run)"
-    bench_cluster_down "$CLUSTER_DIR"
+    CACHE_WP="$(fmt "$(median "${cache_wp[@]}")" 0)"
+    info "median: pfs directly $PFS_W IOPS, cache $CACHE_W IOPS at the application, $CACHE_WP counted to the PFS (CPU $(fmt "$(median "${cache_cpu[@]}")" 2) s per run)"
+fi
+fi
+
+# ------------------------------------------------------------------ sequential writes
+
+if part seq; then
+step "cache: $SEQ written sequentially in 1 MiB writes into a fresh file, fsync at the end"
+pfs_s=() cache_s=() cache_sp=() cache_scpu=()
+for ((rep = 1; rep <= BENCH_REPS; rep++)); do
+    seed=$((2000 + rep))
+    write_run seq pfs "$PFS_DIRECT" "$PFS_DIRECT" "$seed"
+    pfs_s+=("$(to_pfs "$(calc "$SEQ_BYTES / 2**20")" "$FIO_S" "$TOPFS_S")")
+    line="pfs directly ${pfs_s[-1]} MiB/s (${FIO_S} s)"
+    if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
+        write_run seq cache "$CLUSTER_MNT" "$PFS_CACHED" "$seed"
+        cache_s+=("$MIBS") cache_sp+=("$(to_pfs "$(calc "$SEQ_BYTES / 2**20")" "$FIO_S" "$TOPFS_S")") cache_scpu+=("$CPU_S")
+        line+=", cache $(fmt "$MIBS" 0) MiB/s (${FIO_S} s); on the PFS's device $TOPFS_S s after fio's exit (${cache_sp[-1]} MiB/s counted to the PFS); CPU $CPU_S s"
+    fi
+    info "run $rep/$BENCH_REPS: $line"
+done
+PFS_S="$(fmt "$(median "${pfs_s[@]}")" 0)"
+CACHE_S=- CACHE_SP=-
+if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
+    CACHE_S="$(fmt "$(median "${cache_s[@]}")" 0)"
+    CACHE_SP="$(fmt "$(median "${cache_sp[@]}")" 0)"
+    info "median: pfs directly $PFS_S MiB/s, cache $CACHE_S MiB/s at the application, $CACHE_SP counted to the PFS"
+fi
+fi
+
+# ------------------------------------------------------------------ mixed
+
+MIXED_MIB="$(calc "($SEQ_BYTES + $RW_IO_BYTES) / 2**20")"
+if part mixed; then
+step "cache: mixed, the $SEQ stream and the $RW_IO random writer at once"
+pfs_m=() cache_m=() cache_ma=()
+for ((rep = 1; rep <= BENCH_REPS; rep++)); do
+    seed=$((3000 + rep))
+    mixed_run pfs "$PFS_DIRECT" "$PFS_DIRECT" "$seed"
+    pfs_m+=("$(fmt "$(calc "$MIXED_MIB / $ALL_S")" 1)")
+    line="pfs directly ${pfs_m[-1]} MiB/s (${ALL_S} s)"
+    if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
+        mixed_run cache "$CLUSTER_MNT" "$PFS_CACHED" "$seed"
+        cache_m+=("$(fmt "$(calc "$MIXED_MIB / $ALL_S")" 1)") cache_ma+=("$(fmt "$(calc "$MIXED_MIB / $APP_S")" 1)")
+        line+=", cache ${cache_ma[-1]} MiB/s at the application (${APP_S} s), ${cache_m[-1]} MiB/s counted to the PFS (${ALL_S} s)"
+    fi
+    info "run $rep/$BENCH_REPS: $line"
+done
+PFS_M="$(fmt "$(median "${pfs_m[@]}")" 0)"
+CACHE_M=- CACHE_MA=-
+if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
+    CACHE_M="$(fmt "$(median "${cache_m[@]}")" 0)"
+    CACHE_MA="$(fmt "$(median "${cache_ma[@]}")" 0)"
+fi
 fi
 
 # ------------------------------------------------------------------ figures
 
-report_plain "cache second read ($SIZE)" MiB/s "$PFS_R" "$CACHE_R" "no target; cold, against the PFS directly"
-report "cache 4KiB randwrite+fsync" IOPS "$PFS_W" "$CACHE_W" "$RW_TARGET"
+[[ "$PFS_R" == - ]] || report_plain "cache second read ($SIZE)" MiB/s "$PFS_R" "$CACHE_R" "no target; cold, against the PFS directly"
+if [[ "$PFS_W" != - ]]; then
+    report "cache 4KiB randwrite+fsync" IOPS "$PFS_W" "$CACHE_W" "$RW_TARGET"
+    report "cache randwrite to the PFS" IOPS "$PFS_WP" "$CACHE_WP" "$RW_PFS_TARGET"
+fi
+if [[ "$PFS_S" != - ]]; then
+    report_plain "cache 1MiB seqwrite" MiB/s "$PFS_S" "$CACHE_S" "no target; at the application"
+    report "cache seqwrite to the PFS" MiB/s "$PFS_S" "$CACHE_SP" "$SEQ_PFS_TARGET"
+fi
+if [[ "$PFS_M" != - ]]; then
+    report_plain "cache mixed at the app" MiB/s "$PFS_M" "$CACHE_MA" "no target; stream + random writer, until both fio exit"
+    report_plain "cache mixed to the PFS" MiB/s "$PFS_M" "$CACHE_M" "no target; until both are on the PFS's device"
+fi
 rc=0
-if [[ "$CACHE_W" != - ]]; then
-    if "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) / float(sys.argv[2]) >= float(sys.argv[3]) else 1)' \
-        "$CACHE_W" "$PFS_W" "$RW_TARGET"; then
-        printf 'target %sx: pass\n' "$RW_TARGET"
-    else
-        printf 'target %sx: fail\n' "$RW_TARGET"
-        rc=2
-    fi
-    printf '%-28s pfs directly %s s (fio; its fsync put them there) | cache %s s (fio) + %s s (write-behind; shown by the PFS at %s s) = %s s\n' \
-        "randwrite on the PFS's disk" "$PFS_WS" "$CACHE_WS" "$CACHE_TOPFS" "$CACHE_SEEN" "$CACHE_ALL"
+if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
+    bench_cluster_down "$CLUSTER_DIR"
+    for t in "$CACHE_W $PFS_W $RW_TARGET randwrite" "$CACHE_WP $PFS_WP $RW_PFS_TARGET randwrite-to-PFS" \
+        "$CACHE_SP $PFS_S $SEQ_PFS_TARGET seqwrite-to-PFS"; do
+        read -r sw raw target name <<<"$t"
+        [[ "$sw" != - && "$raw" != - ]] || continue
+        if "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) / float(sys.argv[2]) >= float(sys.argv[3]) else 1)' \
+            "$sw" "$raw" "$target"; then
+            printf 'target %s %sx: pass\n' "$name" "$target"
+        else
+            printf 'target %s %sx: fail\n' "$name" "$target"
+            rc=2
+        fi
+    done
 fi
 # 2: a target was missed (bench/all.sh reads the FAIL row too).
 if ((rc != 0)); then exit "$rc"; fi

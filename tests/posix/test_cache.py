@@ -485,3 +485,166 @@ def test_pfs_changes_seen_by_size_and_change_time(cache):
     os.utime(os.path.join(d, "same"), ns=(st.st_atime_ns, st.st_mtime_ns))
     time.sleep(1.3)
     assert H.read_file(p(m, "same")) == new
+
+
+# ---- a cache much smaller than what is written (issue 30, item 10)
+
+
+def _pattern(seed, n):
+    """n repeatable pseudo-random bytes (made a MiB at a time: randbytes is limited)."""
+    r = random.Random(seed)
+    return b"".join(r.randbytes(min(MiB, n - k)) for k in range(0, n, MiB))
+
+
+def _write_counting(path, seed, total, size):
+    """Write `total` bytes of `_pattern(seed, total)` to a new file at `path` in
+    `size`-byte write(2) calls, none retried; the calls that returned short, as
+    (offset, asked, returned), and the seconds it took."""
+    data = _pattern(seed, total)
+    short = []
+    t0 = time.monotonic()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for off in range(0, total, size):
+            chunk = data[off:off + size]
+            n = os.write(fd, chunk)
+            if n != len(chunk):
+                short.append((off, len(chunk), n))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return short, time.monotonic() - t0
+
+
+def _sha_of(data):
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _pfs_sha(path):
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(MiB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _wait_for_pfs_sha(path, size, sha, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    got = None
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and os.path.getsize(path) == size:
+            got = _pfs_sha(path)
+            if got == sha:
+                return
+        time.sleep(0.5)
+    have = os.path.getsize(path) if os.path.exists(path) else "missing"
+    raise AssertionError(f"{path}: the PFS never held the {size} bytes written (size {have})")
+
+
+@pytest.fixture(scope="module")
+def small_cache(request, spillway_bin, pfs):
+    """(cluster, cached PFS directory): a 64 MiB cache (two fragments of 32 MiB) of
+    `pfs/small`, made with no tunables file: `cluster up --cache-pfs` names the
+    directory in the servers' pfs_roots itself."""
+    small = os.path.join(pfs, "small")
+    os.mkdir(small)
+    os.chmod(small, 0o1777)
+    c = H.Cluster(spillway_bin, "cachesmall", servers=2, capacity="64M", stripe_size="1M")
+    failed_before = request.session.testsfailed
+    try:
+        c.up(extra=["--cache-pfs", small])
+        yield c, small
+    finally:
+        logs = H.kept_logs_dir(c.dir) if request.session.testsfailed > failed_before else None
+        c.teardown(keep_logs_to=logs)
+
+
+def test_a_cache_smaller_than_the_writes_never_answers_a_short_write(small_cache, users):
+    """300 MiB in 1 MiB writes, then 96 MiB in 8 KiB writes, by a user, through a
+    64 MiB cache: every write(2) returns its full count (the servers make room by
+    evicting and writing behind instead of answering what fit), a read through the
+    mount while the cache is full of unwritten data gets its bytes (not ENOSPC), and
+    the PFS ends byte-identical. Before: the write that found a fragment nearly full
+    was answered with the part that fit, or ENOSPC, and applications do not retry
+    short writes."""
+    c, small = small_cache
+    u1, _ = users
+    big, little = 300 * MiB, 96 * MiB
+    short, took = u1.run(_write_counting, p(c.mnt, "big.dat"), 10, big, MiB)
+    assert short == [], f"{len(short)} short writes of 1 MiB (first: {short[:3]})"
+    short, _ = u1.run(_write_counting, p(c.mnt, "little.dat"), 11, little, 8192)
+    assert short == [], f"{len(short)} short writes of 8 KiB (first: {short[:3]})"
+    # Through the mount, and on the PFS once written behind, as the user wrote them.
+    assert _pfs_sha(p(c.mnt, "little.dat")) == _sha_of(_pattern(11, little))
+    _wait_for_pfs_sha(os.path.join(small, "big.dat"), big, _sha_of(_pattern(10, big)))
+    _wait_for_pfs_sha(os.path.join(small, "little.dat"), little, _sha_of(_pattern(11, little)))
+    assert os.stat(os.path.join(small, "big.dat")).st_uid == u1.uid
+    # `df` counts what is not yet on the PFS, not the clean copies (room for writes).
+    deadline = time.monotonic() + SETTLE
+    while True:
+        st = os.statvfs(c.mnt)
+        if st.f_bfree == st.f_blocks or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert st.f_bfree == st.f_blocks, "df shows the clean cached bytes as used"
+
+
+# ---- `spillway cluster up --cache-pfs` and the directive's cache policies
+
+
+def _server_cache_configs(c):
+    """Every fragment's cache.json under the cluster's servers."""
+    import glob
+    import json
+
+    found = glob.glob(os.path.join(c.dir, "servers", "*", "**", "cache.json"), recursive=True)
+    return [json.load(open(f)) for f in sorted(found)]
+
+
+def test_cluster_up_takes_the_directive_s_cache_policies(spillway_bin, pfs, users, request):
+    """`cluster up --cache-pfs DIR` with no tunables file (DIR goes into the servers'
+    pfs_roots by itself) and the directive's policy keys as options: every server
+    holds them, and sync_on_close=yes makes close return with the file on the PFS.
+    Bad values and policies without --cache-pfs are refused before anything starts."""
+    d = os.path.join(pfs, "policies")
+    os.mkdir(d)
+    os.chmod(d, 0o1777)
+    c = H.Cluster(spillway_bin, "cachepol", servers=2, capacity="256M", stripe_size="64K")
+    bad = [
+        (["--cache-pfs", d, "--sync-on-close", "maybe"], "is not yes or no"),
+        (["--cache-pfs", d, "--read-ahead", "2G"], "more than 1GiB"),
+        (["--cache-pfs", d, "--modified-threshold", "lots"], "--modified-threshold"),
+        (["--sync-to-pfs", "yes"], "--cache-pfs"),
+    ]
+    for extra, says in bad:
+        r = H.run_cli(spillway_bin, c.up_args() + extra, timeout=120, check=False)
+        assert r.returncode != 0 and says in r.stderr, (extra, r.stderr)
+        assert not os.path.ismount(c.mnt)
+    failed_before = request.session.testsfailed
+    try:
+        c.up(extra=[
+            "--cache-pfs", d, "--sync-on-close", "yes", "--sync-to-pfs", "yes",
+            "--modified-threshold", "1M", "--read-ahead", "2M",
+        ])
+        confs = _server_cache_configs(c)
+        assert len(confs) == 2
+        for conf in confs:
+            assert (conf["pfs_dir"], conf["sync_on_close"], conf["sync_to_pfs"]) == (d, True, True)
+            assert (conf["modified_threshold"], conf["read_ahead"]) == (MiB, 2 * MiB)
+        # sync_on_close: on the PFS when close returns, no waiting.
+        u1, _ = users
+        want = _pattern(12, 3 * MiB + 5)
+        u1.run(H.write_file, p(c.mnt, "closed.dat"), want, 0o644)
+        with open(os.path.join(d, "closed.dat"), "rb") as f:
+            assert f.read() == want
+        # A resumed `up` keeps the policies; other ones are refused, saying why.
+        r = H.run_cli(spillway_bin, c.up_args() + ["--cache-pfs", d, "--sync-on-close", "no"],
+                      timeout=120, check=False)
+        assert r.returncode != 0 and "keeps the cache policies" in r.stderr, r.stderr
+    finally:
+        logs = H.kept_logs_dir(c.dir) if request.session.testsfailed > failed_before else None
+        c.teardown(keep_logs_to=logs)

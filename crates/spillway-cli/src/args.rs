@@ -120,7 +120,7 @@ pub enum LocalCmd {
 #[derive(Subcommand)]
 pub enum ClusterCmd {
     /// Start N servers, create an instance over them and mount it at DIR/mnt.
-    Up(ClusterUpArgs),
+    Up(Box<ClusterUpArgs>),
     /// Unmount everything, stop the servers, remove namespaces and (unless
     /// --keep-data) the cluster directory. A mount some process holds (open files,
     /// a working directory) stops it, naming the processes, unless --force.
@@ -292,6 +292,19 @@ pub struct ClusterUpArgs {
     /// shows its tree. It must lie under the servers' `pfs_roots` (--tunables).
     #[arg(long, value_name = "DIR")]
     pub cache_pfs: Option<PathBuf>,
+    /// With --cache-pfs, the directive's cache policies (docs/cache.md, "Policies and
+    /// paths"): close returns once the file's changes are on the PFS (default no).
+    #[arg(long, value_name = "yes|no")]
+    pub sync_on_close: Option<String>,
+    /// fsync and fdatasync write the file's changes to the PFS (default no).
+    #[arg(long, value_name = "yes|no")]
+    pub sync_to_pfs: Option<String>,
+    /// A file with more dirty bytes on a server is written behind (default 64MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub modified_threshold: Option<String>,
+    /// How far past a missed read the servers fetch (default 16MiB, at most 1GiB).
+    #[arg(long, value_name = "SIZE")]
+    pub read_ahead: Option<String>,
 }
 
 /// A size option: the one parser of every tool (`spillway_api::size`: `G`/`GiB` are

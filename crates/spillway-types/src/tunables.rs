@@ -62,6 +62,11 @@ pub struct Tunables {
     /// Clients: a grant not drawn on for this long is given back to its server, so
     /// that idle clients do not hold space others need.
     pub grant_idle: Duration,
+    /// Servers of a cache instance: how long a write that finds the fragment full
+    /// waits for room (clean stripes evicted, dirty ones written behind to the PFS)
+    /// before it is answered with what fit, or ENOSPC (docs/cache.md, "Eviction").
+    /// Well below `rpc_deadline`: the client waits for the answer.
+    pub cache_room_wait: Duration,
     /// Clients: `fcntl`/`flock` locks held at the servers and enforced across every
     /// mount (`locks = cluster`, the default), or left to this node's kernel
     /// (`locks = node`: no round trip per lock call, but no exclusion between nodes,
@@ -155,6 +160,7 @@ impl Default for Tunables {
             grant_per_connection: 64 << 20,
             grant_disk_reserve: 32 << 20,
             grant_idle: Duration::from_secs(2),
+            cache_room_wait: Duration::from_secs(20),
             cluster_locks: true,
             lock_waiters_per_uid: 64,
             direct_write_min: 256 << 10,
@@ -219,6 +225,7 @@ impl Tunables {
                 "grant_per_connection" => self.grant_per_connection = num()?,
                 "grant_disk_reserve" => self.grant_disk_reserve = num()?,
                 "grant_idle_ms" => self.grant_idle = Duration::from_millis(num()?),
+                "cache_room_wait_ms" => self.cache_room_wait = Duration::from_millis(num()?),
                 "locks" => self.cluster_locks = either("cluster", "node")?,
                 "lock_waiters_per_uid" => {
                     self.lock_waiters_per_uid = (num()? as usize).clamp(1, 1 << 20)

@@ -26,6 +26,9 @@ const CHUNK: usize = 8 << 20;
 pub(super) struct DirectWrites {
     min: u64,
     refused: AtomicBool,
+    /// Turned off for the fragment (a cache: what is written is read again soon by
+    /// write-behind, from the page cache rather than the device).
+    off: AtomicBool,
 }
 
 impl DirectWrites {
@@ -33,7 +36,13 @@ impl DirectWrites {
         DirectWrites {
             min,
             refused: AtomicBool::new(false),
+            off: AtomicBool::new(false),
         }
+    }
+
+    /// Every write goes through the page cache from now on.
+    pub(super) fn turn_off(&self) {
+        self.off.store(true, Ordering::Relaxed);
     }
 
     /// How many leading bytes of a write of `len` at `offset` go direct: whole blocks,
@@ -44,6 +53,7 @@ impl DirectWrites {
             || len64 < self.min.max(DIRECT_ALIGN)
             || !offset.is_multiple_of(DIRECT_ALIGN)
             || self.refused.load(Ordering::Relaxed)
+            || self.off.load(Ordering::Relaxed)
         {
             return 0;
         }

@@ -97,6 +97,13 @@ impl DataStore {
         self
     }
 
+    /// Writes go through the page cache from now on, whatever their size: a cache
+    /// fragment's writes are read again by its write-behind (a stream at once), which
+    /// then copies them from memory instead of reading them back from the device.
+    pub(crate) fn no_direct_writes(&self) {
+        self.direct.turn_off();
+    }
+
     /// Large reads into a client's arena leave no pages behind in this server's page
     /// cache (the server's `drop_behind_reads` tunable).
     pub(crate) fn with_drop_behind(mut self, on: bool) -> DataStore {

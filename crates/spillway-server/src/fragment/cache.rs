@@ -23,7 +23,7 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub(super) const CACHE_FILE: &str = "cache.json";
 pub(super) const NAMESPACE_FILE: &str = "pfsns.sqlite";
@@ -301,6 +301,8 @@ impl super::Fragment {
             self.open_pfs_dir,
         )?;
         // Two configure requests racing: the second one's state is dropped unused.
+        self.data.no_direct_writes();
+        state.stripes.set_room_wait(self.cache_room_wait);
         let _ = self.cache.set(state);
         Ok(())
     }
@@ -498,10 +500,11 @@ impl super::Fragment {
             .collect()
     }
 
-    /// A write found the fragment full: evict clean stripes for `need` bytes. True
-    /// when something was freed (the write is worth trying again).
-    pub(crate) fn cache_make_room(&self, c: &CacheState, need: u64) -> bool {
-        c.stripes.evict(&self.data, need) > 0
+    /// A write found the fragment full: make room for `need` bytes by `deadline`
+    /// (evicting, writing behind: `CacheStripes::make_room`). True when there is.
+    pub(crate) fn cache_make_room(&self, c: &CacheState, need: u64, deadline: Instant) -> bool {
+        c.stripes
+            .make_room(&self.data, &self.resolving(c), need, deadline)
     }
 
     /// Before the fragment goes: every dirty byte to the PFS, or refuse (EBUSY), so a
@@ -554,18 +557,28 @@ pub(super) fn start_write_behind(frag: &Arc<super::Fragment>) {
 }
 
 fn write_behind(weak: &Weak<super::Fragment>) {
+    // A pass that wrote something is followed by the next at once (a stream is
+    // written behind at the PFS's pace); otherwise a pass a second, or when rung.
+    let mut kick: Option<Arc<crate::cache::stripes::Kick>> = None;
+    let mut again = false;
     loop {
-        std::thread::sleep(Duration::from_secs(1));
+        match (&kick, again) {
+            (_, true) => {}
+            (Some(k), false) => k.wait(Duration::from_secs(1)),
+            (None, false) => std::thread::sleep(Duration::from_secs(1)),
+        }
         let Some(f) = weak.upgrade() else { return };
         if f.is_closed() {
             return;
         }
         let Some(c) = f.cache() else { continue };
+        kick.get_or_insert_with(|| c.stripes.kick());
         let policy = crate::cache::stripes::FlushPolicy {
             modified_threshold: c.config.modified_threshold,
             ..Default::default()
         };
         let report = c.stripes.flush_pass(&f.data, &f.resolving(c), &policy);
+        again = report.bytes > 0;
         tracing::debug!(instance = f.config.instance, ?report, "write-behind pass");
         f.reap_hidden(c);
     }

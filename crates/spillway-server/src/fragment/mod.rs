@@ -73,6 +73,8 @@ pub(crate) struct Fragment {
     waker: PurgeWaker,
     /// This server's PFS roots (its tunables): the only PFS a stage may touch here.
     pub pfs_roots: Vec<String>,
+    /// How long a write or fetch into a full cache waits for room (`cache_room_wait`).
+    cache_room_wait: Duration,
     /// Locks of the inodes homed here (crate::locks), held for client sessions.
     pub locks: crate::locks::LockTable,
     /// Set once the fragment is a cache of a PFS directory (cache.rs).
@@ -184,12 +186,15 @@ impl Fragment {
             closed: AtomicBool::new(false),
             waker: env.waker.clone(),
             pfs_roots: env.tunables.pfs_roots.clone(),
+            cache_room_wait: t.cache_room_wait,
             locks: crate::locks::LockTable::default(),
             cache: std::sync::OnceLock::new(),
             open_pfs_dir: env.open_pfs_dir,
             ldbal: AtomicBool::new(replicas::marked(dir)),
         });
         if let Some(c) = cached {
+            frag.data.no_direct_writes();
+            c.stripes.set_room_wait(frag.cache_room_wait);
             let _ = frag.cache.set(c);
         }
         allocs::start(&frag);

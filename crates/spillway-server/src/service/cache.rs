@@ -190,9 +190,11 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
             ns()?.remove_xattr(r.ino, &r.name)?;
             empty()
         }
+        // Used: the dirty bytes only. Clean cached bytes are room (evicted when a
+        // write needs it), so `df` shows a cache full only when its writes fill it.
         Request::StatFsReq(_) => Reply::of(&StatFsReply {
             capacity: f.data.capacity(),
-            used: f.data.used(),
+            used: f.data.used().min(c.stripes.dirty_bytes()),
             inodes: match &c.ns {
                 Some(ns) => ns.inode_count()?,
                 None => 0,
@@ -209,11 +211,7 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
             let data = bulk.data();
             let len = u32::try_from(data.len()).map_err(|_| fs(Errno::EINVAL))?;
             let guard = c.stripes.begin_write(r.ino, r.stripe, r.offset, len);
-            let mut written = s.write_stripe(&r, data);
-            // Full: clean stripes make room, and the write is tried once more.
-            if is_full(&written) && f.cache_make_room(c, u64::from(len)) {
-                written = s.write_stripe(&r, data);
-            }
+            let written = write_with_room(f, c, s, &r, data);
             guard.finish(&written)?;
             let written = written?;
             if r.sync {
@@ -335,11 +333,61 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
     })
 }
 
-fn is_full<T>(r: &StoreResult<T>) -> bool {
-    match r {
-        Err(StoreError::Fs(e)) => *e == Errno::ENOSPC,
-        Err(StoreError::Full(_)) => true,
-        Err(StoreError::Io(e)) => e.raw_os_error() == Some(libc::ENOSPC),
+/// A client's write into its stripe file, all of it: where the fragment is full (the
+/// data store fits only a prefix, or nothing), the cache makes room (clean stripes
+/// evicted, dirty ones written behind: `CacheStripes::make_room`) and the rest is
+/// written, within the fragment's `cache_room_wait`. A short count or ENOSPC only when
+/// no room came in that time (the fragment full of data the PFS did not take): an
+/// application does not retry a short write.
+fn write_with_room(
+    f: &crate::fragment::Fragment,
+    c: &CacheState,
+    s: &InstanceSession,
+    r: &spillway_wire::WriteReq,
+    data: &[u8],
+) -> StoreResult<u32> {
+    let len = u32::try_from(data.len()).map_err(|_| fs(Errno::EINVAL))?;
+    if len == 0 {
+        return s.write_stripe(r, data);
+    }
+    let mut part = r.clone();
+    let mut done = 0u32;
+    let mut deadline = None;
+    loop {
+        let at = done as usize;
+        match s.write_stripe(&part, &data[at..]) {
+            Ok(n) => {
+                done += n;
+                if done >= len {
+                    return Ok(done);
+                }
+            }
+            Err(e) if is_full_error(&e) => {}
+            // What was written stands (its range is dirty): a short count.
+            Err(_) if done > 0 => return Ok(done),
+            Err(e) => return Err(e),
+        }
+        // The grant paid for the first try only; the rest claims unpromised space.
+        part.offset = r.offset + done;
+        part.charged = 0;
+        let by = *deadline.get_or_insert_with(|| Instant::now() + c.stripes.room_wait());
+        // Past the deadline no more tries, even if room was reported (bounded always).
+        if !f.cache_make_room(c, u64::from(len - done), by) || Instant::now() >= by {
+            return if done > 0 {
+                Ok(done)
+            } else {
+                Err(fs(Errno::ENOSPC))
+            };
+        }
+    }
+}
+
+/// The fragment (or the disk under it) has no room for the write.
+fn is_full_error(e: &StoreError) -> bool {
+    match e {
+        StoreError::Fs(e) => *e == Errno::ENOSPC,
+        StoreError::Full(_) => true,
+        StoreError::Io(e) => e.raw_os_error() == Some(libc::ENOSPC),
         _ => false,
     }
 }

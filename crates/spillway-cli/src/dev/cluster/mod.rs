@@ -30,7 +30,7 @@ use spillway_types::descriptor::{decode_hex, encode_hex};
 use spillway_types::InstanceDescriptor;
 use spillway_wire::messages::*;
 use spillway_wire::Endpoint;
-use state::{load, save, ClusterState, MountState, ServerState};
+use state::{load, save, CachePolicy, ClusterState, MountState, ServerState};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -48,7 +48,20 @@ pub fn command(cmd: ClusterCmd) -> Result<(), String> {
                 root_mode: u32::from_str_radix(&a.root_mode, 8)
                     .map_err(|_| format!("bad mode {}", a.root_mode))?
                     & 0o7777,
+                policy: policy_args(&a)?,
             };
+            // Before `up`, whose failure takes the cluster down: a running cluster
+            // is left alone.
+            if let Ok(st) = load(&a.dir) {
+                if p.policy.given() && p.policy.over(st.cache_policy) != st.cache_policy {
+                    return Err(format!(
+                        "the cluster at {} keeps the cache policies of its first up ({:?}); \
+                         take it down to change them",
+                        a.dir.display(),
+                        st.cache_policy
+                    ));
+                }
+            }
             match up(&a, &p) {
                 Ok(mnt) => {
                     println!("{}", mnt.display());
@@ -79,11 +92,78 @@ pub fn command(cmd: ClusterCmd) -> Result<(), String> {
     }
 }
 
-/// `cluster up`'s sizes and mode, parsed.
+/// `cluster up`'s sizes, mode and cache policies, parsed.
 struct UpSizes {
     capacity: u64,
     stripe_size: u32,
     root_mode: u32,
+    policy: PolicyArgs,
+}
+
+/// The cache policies given to `up` (None: not given).
+#[derive(Default)]
+struct PolicyArgs {
+    modified_threshold: Option<u64>,
+    read_ahead: Option<u64>,
+    sync_on_close: Option<bool>,
+    sync_to_pfs: Option<bool>,
+}
+
+impl PolicyArgs {
+    fn given(&self) -> bool {
+        self.modified_threshold.is_some()
+            || self.read_ahead.is_some()
+            || self.sync_on_close.is_some()
+            || self.sync_to_pfs.is_some()
+    }
+
+    /// `base` with the policies given here.
+    fn over(&self, base: CachePolicy) -> CachePolicy {
+        CachePolicy {
+            modified_threshold: self.modified_threshold.unwrap_or(base.modified_threshold),
+            read_ahead: self.read_ahead.unwrap_or(base.read_ahead),
+            sync_on_close: self.sync_on_close.unwrap_or(base.sync_on_close),
+            sync_to_pfs: self.sync_to_pfs.unwrap_or(base.sync_to_pfs),
+        }
+    }
+}
+
+/// The cache policy options of `up`, checked as the directive checks its keys.
+fn policy_args(a: &ClusterUpArgs) -> Result<PolicyArgs, String> {
+    let yes_no = |opt: &str, v: &Option<String>| -> Result<Option<bool>, String> {
+        v.as_deref()
+            .map(|v| match v.to_ascii_lowercase().as_str() {
+                "yes" | "true" | "1" => Ok(true),
+                "no" | "false" | "0" => Ok(false),
+                _ => Err(format!("{opt}: {v:?} is not yes or no")),
+            })
+            .transpose()
+    };
+    let p = PolicyArgs {
+        modified_threshold: a
+            .modified_threshold
+            .as_deref()
+            .map(|v| size_arg("--modified-threshold", v))
+            .transpose()?,
+        read_ahead: a
+            .read_ahead
+            .as_deref()
+            .map(|v| size_arg("--read-ahead", v))
+            .transpose()?,
+        sync_on_close: yes_no("--sync-on-close", &a.sync_on_close)?,
+        sync_to_pfs: yes_no("--sync-to-pfs", &a.sync_to_pfs)?,
+    };
+    if p.read_ahead.is_some_and(|r| r > 1 << 30) {
+        return Err("--read-ahead: more than 1GiB".into());
+    }
+    if p.given() && a.cache_pfs.is_none() {
+        return Err(
+            "--sync-on-close, --sync-to-pfs, --modified-threshold and --read-ahead are cache \
+             policies, for a cache instance (--cache-pfs DIR)"
+                .into(),
+        );
+    }
+    Ok(p)
 }
 
 /// Start server `s` (in its namespace, if it has one) with its log in `DIR/logs`.
@@ -217,6 +297,7 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
                     ),
                     None => None,
                 },
+                cache_policy: p.policy.over(CachePolicy::default()),
             };
             let secret = random_bytes(32)?;
             write_private(&secret_path(&dir), &encode_hex(&secret))?;
@@ -242,6 +323,14 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
             t.canonicalize()
                 .map_err(|e| format!("{}: {e}", t.display()))?,
         );
+    }
+    if let Some(pfs) = &st.cache_pfs {
+        // The servers may open the cached directory only beneath their pfs_roots.
+        let own = cache_tunables_path(&dir);
+        if st.tunables.as_deref() != Some(own.as_path()) {
+            write_cache_tunables(&own, st.tunables.as_deref(), pfs)?;
+            st.tunables = Some(own);
+        }
     }
     // A fresh capability on every `up`: a resumed cluster's client gets a full term.
     desc.credential = encode_hex(&dev_capability(&secret, &st)?);
@@ -294,8 +383,47 @@ fn up(a: &ClusterUpArgs, p: &UpSizes) -> Result<PathBuf, String> {
     Ok(mnt)
 }
 
+/// The tunables file of a cache cluster: the one given to `up` (if any) with the
+/// cached directory added to its `pfs_roots`.
+fn cache_tunables_path(dir: &Path) -> PathBuf {
+    dir.join("tunables.cache")
+}
+
+/// Write `out`: the text of `given` (if any), then a `pfs_roots` line naming its roots
+/// and `pfs` (unless one of them already holds it), which the servers read last.
+fn write_cache_tunables(out: &Path, given: Option<&Path>, pfs: &Path) -> Result<(), String> {
+    let mut text = match given {
+        Some(t) => std::fs::read_to_string(t).map_err(|e| format!("{}: {e}", t.display()))?,
+        None => String::new(),
+    };
+    let mut t = spillway_types::Tunables::default();
+    t.apply_text(&text)?;
+    let mut roots = t.pfs_roots;
+    if !roots.iter().any(|r| pfs.starts_with(r)) {
+        let p = pfs
+            .to_str()
+            .filter(|p| !p.contains([':', ',', '#', '\n']))
+            .ok_or_else(|| {
+                format!(
+                    "--cache-pfs {}: a path with ':', ',', '#' or a newline cannot be named in \
+                 pfs_roots; name a directory above it in a tunables file (--tunables)",
+                    pfs.display()
+                )
+            })?;
+        roots.push(p.to_string());
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str("# added by `spillway cluster up --cache-pfs`: the cached directory\n");
+    text.push_str(&format!("pfs_roots = {}\n", roots.join(":")));
+    // Checked as the servers will read it.
+    spillway_types::Tunables::default().apply_text(&text)?;
+    std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))
+}
+
 /// Make every fragment a cache of `pfs`, owned by the directory's owner, with the
-/// default policies (docs/cache.md), as the manager does for a cache configuration.
+/// cluster's policies (docs/cache.md), as the manager does for a cache configuration.
 fn configure_cache(
     st: &ClusterState,
     desc: &InstanceDescriptor,
@@ -308,10 +436,10 @@ fn configure_cache(
         pfs_dir: pfs.to_string_lossy().into_owned(),
         uid: m.uid(),
         gid: m.gid(),
-        modified_threshold: 64 << 20,
-        read_ahead: 16 << 20,
-        sync_on_close: false,
-        sync_to_pfs: false,
+        modified_threshold: st.cache_policy.modified_threshold,
+        read_ahead: st.cache_policy.read_ahead,
+        sync_on_close: st.cache_policy.sync_on_close,
+        sync_to_pfs: st.cache_policy.sync_to_pfs,
     };
     for s in &st.servers {
         let hello = HelloReq::new(Role::Peer, st.instance, secret.to_vec(), "spillway-cluster");
@@ -323,7 +451,8 @@ fn configure_cache(
         );
         ep.call(&req).map_err(|e| {
             format!(
-                "making server {} a cache of {} failed: {e} (is it under the servers' pfs_roots?)",
+                "making server {} a cache of {} failed: {e} (the servers open it as its owner, \
+                 beneath their pfs_roots)",
                 s.index,
                 pfs.display()
             )

@@ -36,6 +36,30 @@ pub struct ClusterState {
     /// A cache instance: the PFS directory it caches (absolute).
     #[serde(default)]
     pub cache_pfs: Option<PathBuf>,
+    /// A cache instance's policies, set at its first `up`.
+    #[serde(default)]
+    pub cache_policy: CachePolicy,
+}
+
+/// The policies of a cache instance (the directive's keys, docs/cache.md).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CachePolicy {
+    pub modified_threshold: u64,
+    pub read_ahead: u64,
+    pub sync_on_close: bool,
+    pub sync_to_pfs: bool,
+}
+
+impl Default for CachePolicy {
+    fn default() -> Self {
+        use spillway_api::model::cache_defaults as d;
+        CachePolicy {
+            modified_threshold: d::MODIFIED_THRESHOLD,
+            read_ahead: d::READ_AHEAD,
+            sync_on_close: false,
+            sync_to_pfs: false,
+        }
+    }
 }
 
 impl ClusterState {

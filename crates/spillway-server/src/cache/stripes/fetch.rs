@@ -207,7 +207,8 @@ impl CacheStripes {
         while at < eof {
             let piece_end = (at - at % PIECE + PIECE).min(eof);
             if overlaps(want, at, piece_end) {
-                match self.copy_piece(data, ino, stripe, id, (at, piece_end), &file, base)? {
+                let piece = (at, piece_end);
+                match self.copy_piece(data, pfs, ino, stripe, id, piece, &file, base)? {
                     Copied::All => {}
                     Copied::Stop => return Ok(()),
                 }
@@ -222,6 +223,7 @@ impl CacheStripes {
     fn copy_piece(
         &self,
         data: &DataStore,
+        pfs: &dyn PfsFiles,
         ino: InodeNo,
         stripe: u64,
         id: u64,
@@ -248,7 +250,7 @@ impl CacheStripes {
         let mut copied = Vec::new();
         let mut outcome = Ok(Copied::All);
         for (a, b) in ranges {
-            match self.fill(data, ino, stripe, (a, b), file, base + a) {
+            match self.fill(data, pfs, ino, stripe, (a, b), file, base + a) {
                 Ok(n) => {
                     copied.push((a, a + n));
                     if n < b - a {
@@ -275,11 +277,15 @@ impl CacheStripes {
         outcome
     }
 
-    /// One range from the PFS into the stripe file; when the fragment is full, clean
-    /// stripes are evicted to make room, once.
+    /// One range from the PFS into the stripe file; when the fragment is full, room is
+    /// made (room.rs: clean stripes evicted, dirty ones written behind, within the
+    /// room wait) and it is tried once more: a read is not refused while the cache can
+    /// drain.
+    #[allow(clippy::too_many_arguments)]
     fn fill(
         &self,
         data: &DataStore,
+        pfs: &dyn PfsFiles,
         ino: InodeNo,
         stripe: u64,
         (a, b): (u64, u64),
@@ -294,7 +300,8 @@ impl CacheStripes {
         // soon (the read-ahead), best from the page cache.
         match data.fill_from(ino, stripe, off, len, file, src, false) {
             Err(StoreError::Fs(Errno::ENOSPC)) => {
-                self.evict(data, b - a);
+                let deadline = std::time::Instant::now() + self.room_wait();
+                self.make_room(data, pfs, b - a, deadline);
                 data.fill_from(ino, stripe, off, len, file, src, false)
             }
             r => r,

@@ -20,9 +20,23 @@ use crate::error::{fs, StoreResult};
 use spillway_types::{Errno, InodeNo};
 use std::time::{Duration, Instant};
 
-/// Dirty ranges closer than this are written as one, with the present bytes between
-/// them (the PFS sees few large writes rather than many small ones).
+/// Dirty ranges closer than this are written as one, with the bytes between them:
+/// present ones from the stripe file, or zeros where the PFS file has a hole there
+/// (the PFS sees few large writes rather than many small ones: against a PFS that
+/// counts operations, absorbed random writes reach it in fewer of them than the
+/// application made).
 const GAP: u64 = 64 << 10;
+
+/// A file with a dirty range this long is being streamed: it is written behind at
+/// once, at the PFS's pace, rather than after the age or size threshold, so that a
+/// stream reaches the PFS about when it would have written directly.
+pub(super) const STREAM_RUN: u64 = 1 << 20;
+
+/// A file with this many dirty ranges here is written behind at once: a PFS counts
+/// operations as well as bytes, and a random writer's backlog in operations grows long
+/// before its bytes reach the threshold or its age the maximum; started early, the
+/// write-behind overlaps the writer instead of following it.
+const MANY_RANGES: usize = 1024;
 
 /// When write-behind starts for an inode (docs/cache.md, "Policies and paths").
 #[derive(Clone, Debug)]
@@ -54,6 +68,8 @@ pub(crate) struct FlushStats {
     pub bytes: u64,
     /// Positional writes issued to the PFS file (one per merged range).
     pub writes: u64,
+    /// Zeros written into holes of the PFS file to join two ranges (in `bytes` too).
+    pub filled: u64,
 }
 
 /// What one `flush_pass` did.
@@ -95,7 +111,7 @@ impl CacheStripes {
     /// The outcome of a flush whose ownership has ended: a file gone from the PFS
     /// (removed there directly, or a delete this server missed) has its cached data
     /// dropped, as it belongs to no file any more.
-    fn unless_gone(
+    pub(super) fn unless_gone(
         &self,
         data: &DataStore,
         ino: InodeNo,
@@ -114,7 +130,7 @@ impl CacheStripes {
         }
     }
 
-    fn flush_owned(
+    pub(super) fn flush_owned(
         &self,
         data: &DataStore,
         pfs: &dyn PfsFiles,
@@ -249,7 +265,8 @@ impl CacheStripes {
                 let old = i.recovered
                     || i.dirty_since
                         .is_some_and(|t| now.duration_since(t) >= policy.max_age);
-                if pressed || old || bytes > policy.modified_threshold {
+                let busy = streamed(i) || ranges(i) >= MANY_RANGES;
+                if pressed || old || bytes > policy.modified_threshold || busy {
                     // Recovered first, then oldest first.
                     due.push((!i.recovered, i.dirty_since, ino));
                 }
@@ -307,8 +324,20 @@ impl CacheStripes {
     }
 }
 
+/// Whether the inode is being streamed (`STREAM_RUN`).
+pub(super) fn streamed(i: &Inode) -> bool {
+    i.stripes
+        .values()
+        .any(|s| s.dirty.iter().any(|(a, b)| b - a >= STREAM_RUN))
+}
+
+/// The inode's dirty ranges here.
+fn ranges(i: &Inode) -> usize {
+    i.stripes.values().map(|s| s.dirty.iter().count()).sum()
+}
+
 /// Whether the inode is waiting out the backoff of a failed flush.
-fn waiting(i: &Inode, policy: &FlushPolicy, now: Instant) -> bool {
+pub(super) fn waiting(i: &Inode, policy: &FlushPolicy, now: Instant) -> bool {
     let Some((at, failures)) = i.retry else {
         return false;
     };
@@ -341,12 +370,28 @@ fn write_out(
     };
     let before = super::mtime::mtime_of(&f);
     let mut stats = FlushStats::default();
+    // Where the previous write ended, in the PFS file, if it was in the same stripe.
+    let mut last: Option<(u64, u64)> = None;
     for (k, s, e) in plan(snap) {
         let at = k
             .checked_mul(ss)
             .and_then(|b| b.checked_add(s))
             .ok_or(fs(Errno::EFBIG))?;
+        let joined = match last {
+            Some((lk, end))
+                if lk == k
+                    && at.checked_sub(end).is_some_and(|g| g < GAP)
+                    && pfs_hole(&f, end, at) =>
+            {
+                write_zeros(&f, end, at - end)?;
+                stats.filled += at - end;
+                stats.bytes += at - end;
+                true
+            }
+            _ => false,
+        };
         let n = data.copy_out(ino, k, s, e - s, &f, at)?;
+        last = (n == e - s).then_some((k, at + n));
         if n < e - s {
             // Only a stripe file cut without this module knowing (a truncate that did
             // not go through `truncate`) ends before a dirty range: its bytes are gone.
@@ -356,7 +401,7 @@ fn write_out(
                 s + n
             );
         }
-        stats.writes += 1;
+        stats.writes += u64::from(!joined);
         stats.bytes += n;
     }
     if let Some(w) = wrote_at {
@@ -364,6 +409,30 @@ fn write_out(
     }
     f.sync_data()?;
     Ok(Some((stats, PfsVersion::of_file(&f).ok())))
+}
+
+/// Whether the PFS file `f` holds no data in `[from, to)` (a hole, or past its end):
+/// zeros written there change no byte a reader sees. When in doubt, no.
+fn pfs_hole(f: &std::fs::File, from: u64, to: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(off) = libc::off_t::try_from(from) else {
+        return false;
+    };
+    // SAFETY: lseek on an open descriptor; no memory is passed.
+    let data = unsafe { libc::lseek(f.as_raw_fd(), off, libc::SEEK_DATA) };
+    if data < 0 {
+        // ENXIO: no data at or after `from`.
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+    }
+    u64::try_from(data).is_ok_and(|d| d >= to)
+}
+
+/// `len` (at most `GAP`) zero bytes at `at` of `f`.
+fn write_zeros(f: &std::fs::File, at: u64, len: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    static ZEROS: [u8; GAP as usize] = [0; GAP as usize];
+    let n = usize::try_from(len).map_or(ZEROS.len(), |n| n.min(ZEROS.len()));
+    f.write_all_at(&ZEROS[..n], at)
 }
 
 /// The writes of a flush, in file order (stripe, then offset): each stripe's dirty

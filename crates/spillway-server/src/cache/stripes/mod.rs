@@ -12,9 +12,10 @@
 //!   writes (`begin_write`, write.rs) are bracketed so that a fetch never overwrites
 //!   them and a flush never marks them clean; write-behind (flush.rs) writes dirty
 //!   ranges to the PFS in merged, ordered writes; eviction (evict.rs) deletes clean
-//!   stripes, least recently used first; truncate and delete (truncate.rs) drop state;
-//!   coherence at open (coherence.rs) reports an inode's state to the namespace
-//!   server and drops a copy the PFS changed under.
+//!   stripes, least recently used first, and a write that finds the fragment full
+//!   waits for room (room.rs) rather than being answered short; truncate and delete
+//!   (truncate.rs) drop state; coherence at open (coherence.rs) reports an inode's
+//!   state to the namespace server and drops a copy the PFS changed under.
 //! * The log's appends, group-committed syncs, compaction and repair: logfile.rs.
 //!
 //! Locking: one state mutex (state.rs), held for bookkeeping and for appending to the
@@ -30,6 +31,7 @@ mod fetch;
 mod flush;
 mod logfile;
 mod mtime;
+mod room;
 mod state;
 mod truncate;
 mod write;
@@ -51,8 +53,8 @@ use logfile::{open_for_sync, LogState, Synced};
 use spillway_types::InodeNo;
 use state::{Inode, State};
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// The write-behind log's file name in the fragment's directory.
@@ -69,6 +71,39 @@ pub(crate) struct CacheStripes {
     sync_done: Condvar,
     /// Eviction has taken in the stripe files found on disk (evict.rs).
     adopted: AtomicBool,
+    /// Rung when a file is being streamed (flush.rs, `STREAM_RUN`): the fragment's
+    /// write-behind thread starts its pass at once instead of at the next second.
+    kick: Arc<Kick>,
+    /// How long a write or fetch that finds the fragment full waits for room (ms; the
+    /// server's `cache_room_wait`, room.rs).
+    room_wait_ms: AtomicU64,
+}
+
+/// A doorbell for the write-behind thread.
+#[derive(Default)]
+pub(crate) struct Kick {
+    rung: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Kick {
+    pub(crate) fn ring(&self) {
+        let mut r = self.rung.lock().unwrap_or_else(|e| e.into_inner());
+        if !*r {
+            *r = true;
+            self.cv.notify_all();
+        }
+    }
+
+    /// Wait until rung or `timeout` passes, and clear it.
+    pub(crate) fn wait(&self, timeout: std::time::Duration) {
+        let r = self.rung.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut r, _) = self
+            .cv
+            .wait_timeout_while(r, timeout, |rung| !*rung)
+            .unwrap_or_else(|e| e.into_inner());
+        *r = false;
+    }
 }
 
 impl CacheStripes {
@@ -104,7 +139,24 @@ impl CacheStripes {
             synced: Mutex::new(Synced::default()),
             sync_done: Condvar::new(),
             adopted: AtomicBool::new(false),
+            kick: Arc::default(),
+            room_wait_ms: AtomicU64::new(20_000),
         })
+    }
+
+    /// How long a write or fetch that finds the fragment full waits for room.
+    pub(crate) fn room_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.room_wait_ms.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_room_wait(&self, wait: std::time::Duration) {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        self.room_wait_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The doorbell of the write-behind thread (it outlives a fragment that goes).
+    pub(crate) fn kick(&self) -> Arc<Kick> {
+        self.kick.clone()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

@@ -101,6 +101,11 @@ impl CacheStripes {
                 let end = s + n.min(e - s);
                 k.present.add(s, end);
                 k.dirty.add(s, end);
+                let run = k.dirty.iter().find(|&(a, b)| a <= s && end <= b);
+                if run.is_some_and(|(a, b)| b - a >= super::flush::STREAM_RUN) {
+                    // A stream: written behind from now on (flush.rs, `streamed`).
+                    self.kick.ring();
+                }
                 if !was_dirty {
                     inode.dirty_since = Some(Instant::now());
                 }
