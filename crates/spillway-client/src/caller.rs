@@ -77,8 +77,8 @@ impl Caller {
 
     /// As the wire carries it to a cache's namespace server (cache instances make
     /// removals and renames on the PFS as the caller; fs/gate.rs).
-    pub(crate) fn wire(&self) -> spillway_wire::Caller {
-        spillway_wire::Caller {
+    pub(crate) fn wire(&self) -> spillway_wire::messages::Caller {
+        spillway_wire::messages::Caller {
             uid: self.uid,
             gid: self.gid,
             groups: self.groups.clone(),

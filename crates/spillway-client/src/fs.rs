@@ -174,7 +174,7 @@ impl SpillwayFs {
 
     /// Who a cache instance's removals and renames are made as on the PFS (the
     /// caller of the request); `None` for scratch, whose servers keep the names.
-    fn ns_caller(&self, req: &Request) -> Option<spillway_wire::Caller> {
+    fn ns_caller(&self, req: &Request) -> Option<spillway_wire::messages::Caller> {
         self.gate.as_ref()?;
         Some(crate::caller::Caller::of(req.uid(), req.gid(), req.pid()).wire())
     }

@@ -46,7 +46,7 @@ impl<R> Blocked<R> {
     }
 
     /// The home server whose queue it waits in.
-    pub(super) fn server(&self) -> u16 {
+    pub(super) fn home_server(&self) -> u16 {
         self.a.ino.home().0
     }
 }
@@ -101,7 +101,7 @@ impl<R> Waiters<R> {
             return Err(b);
         }
         *n += 1;
-        let server = b.server();
+        let server = b.home_server();
         let fresh = !st.queues.contains_key(&server);
         st.queues.entry(server).or_default().push(b);
         drop(st);
@@ -153,7 +153,7 @@ impl<R> Waiters<R> {
     pub(super) fn again(&self, mut b: Blocked<R>) {
         b.pause = (b.pause * 2).min(self.longest);
         b.due = Instant::now() + b.pause;
-        let server = b.server();
+        let server = b.home_server();
         self.state().queues.entry(server).or_default().push(b);
     }
 
