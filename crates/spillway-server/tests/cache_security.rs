@@ -148,7 +148,7 @@ fn clients_get_eperm_for_peer_only_cache_requests() {
         }
         // CacheFlushReq is a client's request (dw_wait_sync_complete, sync_on_close),
         // but only with a defined scope.
-        for scope in [3, 4, 0x7f, 0xff] {
+        for scope in [4, 5, 0x7f, 0xff] {
             let r = client.call(&CacheFlushReq {
                 ino: out.ino,
                 scope,
