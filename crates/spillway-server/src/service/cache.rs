@@ -29,6 +29,13 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
     // Names live on the namespace server alone: another server asked for one was sent
     // there by mistake (no client does).
     let ns = || c.ns.as_ref().ok_or(fs(Errno::ESTALE));
+    // Removals and renames: a file open here loses its last name to a hidden one
+    // (pfsns/hidden.rs); with a caller, they are made as the caller.
+    let is_open = |ino| f.is_open(ino);
+    let by = |caller| By {
+        caller,
+        open: Some(&is_open),
+    };
     Ok(match req {
         Request::HelloReq(_) => return Err(fs(Errno::EPROTO)),
         Request::FragmentCreateReq(_)
@@ -63,11 +70,7 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 ns()?.lookup(r.parent, &r.name)?;
                 return Err(fs(Errno::EINVAL));
             };
-            let open = |ino| f.is_open(ino);
-            let by = By {
-                caller: None,
-                open: Some(&open),
-            };
+            let by = by(None);
             let removed = ns()?.remove_entry(r.parent, &r.name, wanted, &by)?;
             Reply::of(&RemoveEntryReply {
                 removed: removed.into(),
@@ -80,11 +83,7 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 ns()?.lookup(r.parent, &r.name)?;
                 return Err(fs(Errno::EINVAL));
             };
-            let open = |ino| f.is_open(ino);
-            let by = By {
-                caller: Some(&caller),
-                open: Some(&open),
-            };
+            let by = by(Some(&caller));
             let removed = ns()?.remove_entry(r.parent, &r.name, wanted, &by)?;
             Reply::of(&RemoveEntryReply {
                 removed: removed.into(),
@@ -102,11 +101,7 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 crate::names::check_name(&r.new_name)?;
                 return Err(fs(Errno::EINVAL));
             };
-            let open = |ino| f.is_open(ino);
-            let by = By {
-                caller: None,
-                open: Some(&open),
-            };
+            let by = by(None);
             let (op, np) = (r.old_parent, r.new_parent);
             let renamed = ns()?.rename(op, &r.old_name, np, &r.new_name, mode, &by)?;
             Reply::of(&spillway_wire::RenameReply::from(renamed))
@@ -119,11 +114,7 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 return Err(fs(Errno::EINVAL));
             };
             let (op, np) = (r.old_parent, r.new_parent);
-            let open = |ino| f.is_open(ino);
-            let by = By {
-                caller: Some(&caller),
-                open: Some(&open),
-            };
+            let by = by(Some(&caller));
             let renamed = ns()?.rename(op, &r.old_name, np, &r.new_name, mode, &by)?;
             Reply::of(&spillway_wire::RenameReply::from(renamed))
         }
