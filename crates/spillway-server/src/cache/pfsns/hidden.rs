@@ -112,6 +112,25 @@ impl PfsNamespace {
         Ok(())
     }
 
+    /// `hide`, or when it cannot (a name of that form planted by someone on the PFS,
+    /// a full directory), the plain removal the file had before: a user who can write
+    /// the directory must not be able to make another's unlink fail. Whether it hid.
+    pub(super) fn try_hide(
+        &self,
+        parent: InodeNo,
+        dir: &OwnedFd,
+        ino: InodeNo,
+        fd: &OwnedFd,
+    ) -> bool {
+        match self.hide(parent, dir, ino, fd) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(%ino, "cannot keep a file unlinked while open under a hidden name ({e}): removed at once");
+                false
+            }
+        }
+    }
+
     /// Whether `dir`/`name` is the inode of `fd`.
     fn holds(&self, dir: &OwnedFd, name: &CString, fd: &OwnedFd) -> bool {
         matches!(

@@ -599,10 +599,8 @@ impl PfsNamespace {
             _ => {}
         }
         let (entry, attr) = self.entry_of(&c)?;
-        let hide = self.must_hide(&c, entry.ino, by);
-        if hide {
-            self.hide(parent, &dir, entry.ino, &c.fd)?;
-        }
+        let hide =
+            self.must_hide(&c, entry.ino, by) && self.try_hide(parent, &dir, entry.ino, &c.fd);
         if let Err(e) = as_caller(by.caller, || sys::unlinkat(&dir, &cn, is_dir)) {
             if hide {
                 let _ = self.reap(entry.ino);
@@ -678,13 +676,11 @@ impl PfsNamespace {
         // An open file replaced loses its last name: hidden first (hidden.rs).
         let hide = match (&target, &replaced) {
             (Some(t), Some((e, _))) if mode == RenameMode::Replace && e.ino != moved.ino => {
-                self.must_hide(t, e.ino, by).then_some(e.ino)
+                (self.must_hide(t, e.ino, by) && self.try_hide(new_parent, &nd, e.ino, &t.fd))
+                    .then_some(e.ino)
             }
             _ => None,
         };
-        if let (Some(ino), Some(t)) = (hide, &target) {
-            self.hide(new_parent, &nd, ino, &t.fd)?;
-        }
         if let Err(e) = as_caller(by.caller, || sys::renameat2(&od, &on, &nd, &nn, flags)) {
             if let Some(ino) = hide {
                 let _ = self.reap(ino);

@@ -1450,3 +1450,25 @@ fn the_last_name_of_an_open_file_is_hidden_until_reaped() {
         .unwrap();
     assert_eq!(std::fs::read_dir(&f.pfs).unwrap().count(), 0);
 }
+
+#[test]
+fn a_planted_hidden_name_neither_blocks_an_unlink_nor_is_touched() {
+    let f = fx();
+    std::fs::write(f.pfs.join("f"), b"data").unwrap();
+    let ino = f.ns.lookup(ROOT_INODE, b"f").unwrap().entry.ino;
+    // Someone who can write the directory plants the name the file would be hidden as.
+    let planted = f.pfs.join(format!(".spillway-unlinked-{:016x}", ino.0));
+    std::fs::write(&planted, b"planted").unwrap();
+    let open = |i: InodeNo| i == ino;
+    let by = By {
+        caller: None,
+        open: Some(&open),
+    };
+    f.ns.remove_entry(ROOT_INODE, b"f", Expect::NotDir, &by)
+        .unwrap();
+    assert!(!f.pfs.join("f").exists());
+    assert!(!f.ns.is_hidden(ino));
+    assert_eq!(std::fs::read(&planted).unwrap(), b"planted");
+    f.ns.reap(ino).unwrap();
+    assert_eq!(std::fs::read(&planted).unwrap(), b"planted");
+}
