@@ -597,6 +597,11 @@ impl DataStore {
         self.map().unpromised(self.capacity)
     }
 
+    /// The capacity a stripe's file would claim to reach `end` (what it grows by).
+    pub(crate) fn growth(&self, ino: InodeNo, stripe: u64, end: u64) -> u64 {
+        end.saturating_sub(self.map().len(ino, stripe).unwrap_or(0))
+    }
+
     /// Remove one stripe file (a clean cached stripe evicted): the bytes of capacity
     /// freed.
     pub(crate) fn delete_stripe_file(&self, ino: InodeNo, stripe: u64) -> StoreResult<u64> {

@@ -217,21 +217,24 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
         }
         Request::Read(r) => {
             let pfs = f.resolving(c);
-            let _pinned = c
+            let pinned = c
                 .stripes
                 .prepare_read(&f.data, &pfs, r.ino, r.stripe, r.offset, r.len)?;
-            Reply::bulk(f.data.read(r.ino, r.stripe, r.offset, r.len)?)
+            let mut bytes = f.data.read(r.ino, r.stripe, r.offset, r.len)?;
+            pinned.through_vec(&mut bytes)?;
+            Reply::bulk(bytes)
         }
         Request::ReadInto(r, mut into) => {
             let pfs = f.resolving(c);
             let len = u32::try_from(into.as_mut_slice().len()).map_err(|_| fs(Errno::EINVAL))?;
-            let _pinned = c
+            let pinned = c
                 .stripes
                 .prepare_read(&f.data, &pfs, r.ino, r.stripe, r.offset, len)?;
+            let into = into.as_mut_slice();
+            let got = f.data.read_into(r.ino, r.stripe, r.offset, into)?;
+            let got = pinned.through(into, got as usize)?;
             Reply::of(&ReadArenaReply {
-                len: f
-                    .data
-                    .read_into(r.ino, r.stripe, r.offset, into.as_mut_slice())?,
+                len: u32::try_from(got).map_err(|_| fs(Errno::EINVAL))?,
             })
         }
         Request::ArenaOfferReq(_) | Request::WriteArenaReq(_) | Request::ReadArenaReq(_) => {

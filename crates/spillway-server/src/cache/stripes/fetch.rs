@@ -7,6 +7,13 @@
 //! piece it takes back what a write took from it meanwhile (`begin_write` removes its
 //! range from every claim, and waits only for a piece being copied under it), so a
 //! fetch never overwrites a write. What a fetch copied is clean and present.
+//!
+//! A read is never refused for want of room. A fetch that finds the fragment full
+//! makes room (room.rs) for the bytes asked, within the room wait; read-ahead does
+//! not wait for room. When none could be made (the cache full of data the PFS did not
+//! take in time, or others took each stripe's worth freed first), the bytes asked and
+//! absent are read from the PFS straight into the reply (`ReadGuard::through`), not
+//! kept in the cache.
 
 use super::state::{clip, covers, minus, overlaps, Fetch};
 use super::CacheStripes;
@@ -25,11 +32,84 @@ pub(super) const PIECE: u64 = 4 << 20;
 const PAGE: u64 = 4096;
 
 /// The stripe is pinned while this lives: eviction leaves it alone, so the read that
-/// follows finds the bytes `prepare_read` made present.
+/// follows finds the bytes `prepare_read` made present. Bytes it could not make
+/// present for want of room are read from the PFS instead: the reader passes what
+/// it read from the stripe file through `through`/`through_vec`.
 pub(crate) struct ReadGuard<'a> {
     c: &'a CacheStripes,
     ino: InodeNo,
     stripe: u64,
+    from_pfs: Option<FromPfs>,
+}
+
+/// Absent bytes of a read to take from the PFS file itself.
+struct FromPfs {
+    file: File,
+    /// The PFS offset of the stripe's first byte.
+    base: u64,
+    /// The read's first byte in the stripe.
+    start: u64,
+    /// Stripe-relative ranges inside the read and before the PFS file's end.
+    ranges: Vec<(u64, u64)>,
+}
+
+impl ReadGuard<'_> {
+    /// `into` holds `got` bytes read from the stripe file at the read's offset: lay
+    /// the bytes read through from the PFS over it. The bytes now valid (what the
+    /// stripe file gave, or further where the PFS gave more; the gap between is a
+    /// hole, zeros).
+    pub(crate) fn through(&self, into: &mut [u8], got: usize) -> StoreResult<usize> {
+        let Some(t) = &self.from_pfs else {
+            return Ok(got);
+        };
+        let mut valid = got.min(into.len());
+        for &(a, b) in &t.ranges {
+            let (i, j) = ((a - t.start) as usize, (b - t.start) as usize);
+            if j > into.len() {
+                return Err(fs(Errno::EINVAL));
+            }
+            if i > valid {
+                into[valid..i].fill(0);
+            }
+            let n = pread_full(&t.file, &mut into[i..j], t.base + a)?;
+            valid = valid.max(i + n);
+            if n < j - i {
+                // The PFS file ended early (it shrank): nothing past it.
+                break;
+            }
+        }
+        Ok(valid)
+    }
+
+    /// `through` for a read whose bytes came back as a vector.
+    pub(crate) fn through_vec(&self, buf: &mut Vec<u8>) -> StoreResult<()> {
+        let Some(t) = &self.from_pfs else {
+            return Ok(());
+        };
+        let Some(&(_, last)) = t.ranges.last() else {
+            return Ok(());
+        };
+        let got = buf.len();
+        buf.resize(got.max((last - t.start) as usize), 0);
+        let valid = self.through(buf, got)?;
+        buf.truncate(valid);
+        Ok(())
+    }
+}
+
+/// Read until `buf` is full or the file ends: the bytes read.
+fn pread_full(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], at + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 impl Drop for ReadGuard<'_> {
@@ -76,14 +156,16 @@ impl CacheStripes {
         let s = u64::from(offset);
         let mut e = s + u64::from(len);
         let mut size = None;
-        let mut fetched = false;
+        // Where the PFS file's data in this stripe ended when this reader last fetched.
+        let mut eof = None;
         loop {
-            match self.next_step(ino, stripe, s, e, size, fetched) {
+            match self.next_step(ino, stripe, s, e, size, eof) {
                 Next::Read => {
                     return Ok(ReadGuard {
                         c: self,
                         ino,
                         stripe,
+                        from_pfs: None,
                     })
                 }
                 Next::AskSize => {
@@ -97,18 +179,70 @@ impl CacheStripes {
                 }
                 Next::Fetch(id, want) => {
                     let ss = size.unwrap_or(0);
-                    let r = self.fetch(data, pfs, ino, stripe, ss, id, &want);
+                    let r = self.fetch(data, pfs, ino, stripe, ss, id, &want, e);
                     self.end_fetch(ino, stripe, id);
-                    r?;
-                    fetched = true;
+                    eof = Some(match r {
+                        Err(StoreError::Fs(Errno::ENOSPC)) => {
+                            return self.read_through(pfs, ino, stripe, ss, s, e);
+                        }
+                        r => r?,
+                    });
                 }
             }
         }
     }
 
+    /// No room could be made for the bytes asked: pin the stripe and read what of
+    /// `[s, e)` is absent from the PFS itself (present bytes, dirty ones among them,
+    /// still come from the stripe file).
+    fn read_through(
+        &self,
+        pfs: &dyn PfsFiles,
+        ino: InodeNo,
+        stripe: u64,
+        stripe_size: u64,
+        s: u64,
+        e: u64,
+    ) -> StoreResult<ReadGuard<'_>> {
+        let absent = {
+            let mut st = self.state();
+            let now = st.tick();
+            let k = st.stripe_mut(ino, stripe);
+            k.pins += 1;
+            k.last_use = now;
+            minus(s, e, &[&k.present])
+        };
+        // Pinned from here: the guard unpins it, on every path below too.
+        let mut guard = ReadGuard {
+            c: self,
+            ino,
+            stripe,
+            from_pfs: None,
+        };
+        let file = pfs.open_read(ino)?;
+        let base = stripe.checked_mul(stripe_size).ok_or(fs(Errno::EFBIG))?;
+        let eof = file.metadata()?.len().saturating_sub(base).min(stripe_size);
+        let ranges = clip(&absent, s, e.min(eof));
+        tracing::debug!(
+            ino = ino.0,
+            stripe,
+            bytes = ranges.iter().map(|(a, b)| b - a).sum::<u64>(),
+            "read through to the PFS: no room in the cache"
+        );
+        guard.from_pfs = Some(FromPfs {
+            file,
+            base,
+            start: s,
+            ranges,
+        });
+        Ok(guard)
+    }
+
     /// Under the lock: read (pinning the stripe), wait, or claim a window to fetch.
-    /// After a fetch of its own (`fetched`), a reader reads whatever it could not get
-    /// (the PFS file ended early) rather than fetch again.
+    /// After a fetch of its own found the PFS file's data ending at `eof` in this
+    /// stripe, a reader reads what is absent past it as the stripe file has it (a
+    /// hole, or nothing) rather than fetch again; what is absent before it (evicted
+    /// meanwhile, for another reader's room) is fetched again, never read as zeros.
     fn next_step(
         &self,
         ino: InodeNo,
@@ -116,7 +250,7 @@ impl CacheStripes {
         s: u64,
         e: u64,
         size: Option<u64>,
-        fetched: bool,
+        eof: Option<u64>,
     ) -> Next {
         let mut st = self.state();
         loop {
@@ -137,7 +271,8 @@ impl CacheStripes {
             let busy = need
                 .iter()
                 .any(|(a, b)| k.fetch_overlaps(a, b) || k.writing_overlaps(a, b));
-            if need.is_empty() || (fetched && !busy) {
+            let past_eof = eof.is_some_and(|eof| need.iter().all(|(a, _)| a >= eof));
+            if need.is_empty() || (past_eof && !busy) {
                 k.pins += 1;
                 k.last_use = now;
                 return Next::Read;
@@ -182,7 +317,8 @@ impl CacheStripes {
         stripe_size: u64,
         id: u64,
         want: &RangeSet,
-    ) -> StoreResult<()> {
+        asked_end: u64,
+    ) -> StoreResult<u64> {
         let file = pfs.open_read(ino)?;
         let pfs_size = file.metadata()?.len();
         let base = stripe
@@ -208,14 +344,17 @@ impl CacheStripes {
             let piece_end = (at - at % PIECE + PIECE).min(eof);
             if overlaps(want, at, piece_end) {
                 let piece = (at, piece_end);
-                match self.copy_piece(data, pfs, ino, stripe, id, piece, &file, base)? {
+                // Read-ahead (a piece past the bytes asked) does not wait for room.
+                let wait = at < asked_end;
+                match self.copy_piece(data, pfs, ino, stripe, id, piece, &file, base, wait)? {
                     Copied::All => {}
-                    Copied::Stop => return Ok(()),
+                    Copied::Stop => return Ok(eof),
+                    Copied::Ended(at) => return Ok(at),
                 }
             }
             at = piece_end;
         }
-        Ok(())
+        Ok(eof)
     }
 
     /// Copy what of `[s, e)` the fetch `id` still holds.
@@ -230,6 +369,7 @@ impl CacheStripes {
         (s, e): (u64, u64),
         file: &File,
         base: u64,
+        wait: bool,
     ) -> StoreResult<Copied> {
         let ranges = {
             let mut st = self.state();
@@ -250,14 +390,19 @@ impl CacheStripes {
         let mut copied = Vec::new();
         let mut outcome = Ok(Copied::All);
         for (a, b) in ranges {
-            match self.fill(data, pfs, ino, stripe, (a, b), file, base + a) {
+            match self.fill(data, pfs, ino, stripe, (a, b), file, base + a, wait) {
                 Ok(n) => {
                     copied.push((a, a + n));
                     if n < b - a {
                         // The PFS file is shorter than its size said: it shrank.
-                        outcome = Ok(Copied::Stop);
+                        outcome = Ok(Copied::Ended(a + n));
                         break;
                     }
+                }
+                // Read-ahead that found no room is given up, not an error.
+                Err(StoreError::Fs(Errno::ENOSPC)) if !wait => {
+                    outcome = Ok(Copied::Stop);
+                    break;
                 }
                 Err(err) => {
                     outcome = Err(err);
@@ -277,10 +422,11 @@ impl CacheStripes {
         outcome
     }
 
-    /// One range from the PFS into the stripe file; when the fragment is full, room is
-    /// made (room.rs: clean stripes evicted, dirty ones written behind, within the
-    /// room wait) and it is tried once more: a read is not refused while the cache can
-    /// drain.
+    /// One range from the PFS into the stripe file. When the fragment is full and
+    /// `wait` is set, room is made (room.rs: clean stripes evicted, dirty ones
+    /// written behind) and the copy tried again until it fits or the room wait is
+    /// over: concurrent fetches take the room each other made, so one more try is
+    /// not enough. ENOSPC at the end (the caller reads through to the PFS).
     #[allow(clippy::too_many_arguments)]
     fn fill(
         &self,
@@ -291,6 +437,7 @@ impl CacheStripes {
         (a, b): (u64, u64),
         file: &File,
         src: u64,
+        wait: bool,
     ) -> StoreResult<u64> {
         // Stripe offsets fit in u32 (stripes are at most MAX_STRIPE_SIZE).
         let (Ok(off), Ok(len)) = (u32::try_from(a), u32::try_from(b - a)) else {
@@ -298,13 +445,15 @@ impl CacheStripes {
         };
         // Buffered, not O_DIRECT: what is fetched is read at once (the bytes asked) or
         // soon (the read-ahead), best from the page cache.
-        match data.fill_from(ino, stripe, off, len, file, src, false) {
-            Err(StoreError::Fs(Errno::ENOSPC)) => {
-                let deadline = std::time::Instant::now() + self.room_wait();
-                self.make_room(data, pfs, b - a, deadline);
-                data.fill_from(ino, stripe, off, len, file, src, false)
+        let deadline = std::time::Instant::now() + self.room_wait();
+        loop {
+            match data.fill_from(ino, stripe, off, len, file, src, false) {
+                Err(StoreError::Fs(Errno::ENOSPC))
+                    if wait
+                        && std::time::Instant::now() < deadline
+                        && self.make_room(data, pfs, data.growth(ino, stripe, b), deadline) => {}
+                r => return r,
             }
-            r => r,
         }
     }
 
@@ -324,6 +473,8 @@ impl CacheStripes {
 
 enum Copied {
     All,
-    /// Nothing more to copy (the PFS file ended, or a truncate took over).
+    /// Nothing more to copy (a truncate took over, or read-ahead found no room).
     Stop,
+    /// The PFS file ended here, before the size it had when the fetch began.
+    Ended(u64),
 }

@@ -145,6 +145,7 @@ impl Rig {
                 .prepare_read(&self.data, &self.pfs, ino, k, o as u32, n as u32)
                 .unwrap();
             let mut got = self.data.read(ino, k, o as u32, n as u32).unwrap();
+            g.through_vec(&mut got).unwrap();
             drop(g);
             got.resize(n, 0);
             out.extend_from_slice(&got);
@@ -767,6 +768,99 @@ fn a_read_miss_into_a_cache_full_of_dirty_data_makes_room() {
     assert_eq!(r.read(b, 0, ss as usize), fb);
     assert_eq!(r.pfs_bytes(a), fa);
     assert!(!r.c.is_dirty(a));
+}
+
+#[test]
+fn a_read_that_finds_no_room_reads_through_to_the_pfs() {
+    // Two stripes of room, both dirty (inode A), A's write-behind held up on the PFS:
+    // a read of inode B gets B's bytes from the PFS itself, after the room wait,
+    // instead of ENOSPC; nothing of B is kept and A's data stays dirty.
+    let ss = 64 * KIB;
+    let r = rig(ss as u32, 2 * ss, 0);
+    r.c.set_room_wait(Duration::from_millis(200));
+    let (a, b) = (InodeNo(76), InodeNo(77));
+    let fa = Rng(76).bytes(2 * ss as usize);
+    let fb = Rng(77).bytes(2 * ss as usize + 100);
+    r.set_pfs(a, b"");
+    r.set_pfs(b, &fb);
+    r.write(a, 0, &fa);
+    assert_eq!(r.data.room(), 0);
+    let (entered_tx, entered) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *r.pfs.gate.lock().unwrap() = Some((entered_tx, go_rx));
+    /// Lets the held flush go however the reads end (a failed assertion too).
+    struct Go(mpsc::Sender<()>);
+    impl Drop for Go {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    std::thread::scope(|s| {
+        let h = s.spawn(|| r.c.flush_inode(&r.data, &r.pfs, a));
+        let go = Go(go);
+        entered.recv().unwrap();
+        // Whole stripes, a piece inside one, and the short last stripe.
+        assert_eq!(r.read(b, 0, fb.len()), fb);
+        assert_eq!(r.read(b, 1000, 5000), fb[1000..6000]);
+        let k = 2 * ss;
+        let g = r.c.prepare_read(&r.data, &r.pfs, b, 2, 0, 4096).unwrap();
+        let mut got = r.data.read(b, 2, 0, 4096).unwrap();
+        g.through_vec(&mut got).unwrap();
+        assert_eq!(
+            got,
+            fb[k as usize..],
+            "a read past the PFS file's end is short"
+        );
+        let mut into = vec![7u8; 4096];
+        let g = r.c.prepare_read(&r.data, &r.pfs, b, 2, 0, 4096).unwrap();
+        let n = r.data.read_into(b, 2, 0, &mut into).unwrap();
+        assert_eq!(g.through(&mut into, n as usize).unwrap(), 100);
+        assert_eq!(into[..100], fb[k as usize..]);
+        drop(g);
+        assert!(r.stored(b).is_empty(), "nothing of B was kept");
+        assert_eq!(r.c.dirty_bytes(), 2 * ss, "A's data stays");
+        drop(go);
+        h.join().unwrap().unwrap();
+    });
+    assert_eq!(r.pfs_bytes(a), fa);
+    // With room again, B is cached as usual.
+    assert_eq!(r.read(b, 0, ss as usize), fb[..ss as usize]);
+    assert_eq!(r.stored(b), vec![(0, ss)]);
+}
+
+#[test]
+fn concurrent_read_misses_into_a_full_cache_all_get_their_bytes() {
+    // One stripe of room, dirty; eight readers of eight stripes of B at once each
+    // need the room the others make: every read returns B's bytes (cached or read
+    // through), none ENOSPC.
+    let ss = 64 * KIB;
+    let r = rig(ss as u32, ss, 0);
+    let (a, b) = (InodeNo(78), InodeNo(79));
+    let fb = Rng(79).bytes(8 * ss as usize);
+    r.set_pfs(a, b"");
+    r.set_pfs(b, &fb);
+    for round in 0..20u8 {
+        r.c.evict(&r.data, ss);
+        r.write(a, 0, &[round; 64 * KIB as usize]);
+        assert_eq!(r.data.room(), 0);
+        let barrier = Barrier::new(8);
+        std::thread::scope(|s| {
+            for k in 0..8u64 {
+                let (r, fb, barrier) = (&r, &fb, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    let at = (k * ss) as usize;
+                    let got = r.read(b, k * ss, ss as usize);
+                    assert!(
+                        got == fb[at..at + ss as usize],
+                        "stripe {k} read wrong bytes"
+                    );
+                });
+            }
+        });
+        r.flush(a);
+        assert_eq!(r.pfs_bytes(a), vec![round; 64 * KIB as usize]);
+    }
 }
 
 #[test]
