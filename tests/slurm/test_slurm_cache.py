@@ -234,3 +234,81 @@ echo done
     st = os.stat(os.path.join(data, "made"))
     assert (st.st_uid, st.st_gid) == (user.uid, user.gid)
     assert tree(data) == ["input", "made"]
+
+
+@pytest.mark.timeout(500)
+def test_another_users_job_attaching_a_persistent_cache_gets_no_more_than_the_pfs_gives(
+        slurm_sites, spw, pfs, users, tools):
+    """Issue 30, item 1, through Slurm: A makes a persistent cache of a directory under
+    A's 0700 `priv/` (its files 0644: protected on the PFS only by `priv/`). B's own job
+    attaches it with `#DW persistentdw` and is refused everything the PFS refuses B: the
+    listing, the read, the stat and a create in a 0777 directory below. A's job, run the
+    same way, reads the secret. Without the gate B's job read it (the mount's root is the
+    cached directory, whose modes let anybody through)."""
+    a, b = users
+    site = datawarp_site(slurm_sites, spw, tools)
+    home = os.path.join(pfs, "pc-A")
+    priv = os.path.join(home, "priv")
+    data = os.path.join(priv, "data")
+    drop = os.path.join(data, "drop")
+    os.makedirs(drop)
+    for d, mode in ((home, 0o755), (priv, 0o700), (data, 0o755), (drop, 0o777)):
+        os.chown(d, a.uid, a.gid)
+        os.chmod(d, mode)
+    user_file(os.path.join(data, "secret.txt"), b"A's secret\n", a)
+    os.chmod(os.path.join(data, "secret.txt"), 0o644)
+    # Job outputs where each user may write them.
+    outs = os.path.join(pfs, "pc-out")
+    os.mkdir(outs)
+    os.chmod(outs, 0o1777)
+
+    create = f"""#!/bin/bash
+#SBATCH -N 0 -o {outs}/create.out
+#BB create_persistent name=spwsec capacity=1GiB access=striped type=cache pfs={data}
+"""
+    job = site.submit(create, a.name, cwd=outs)
+    rec = site.wait_job(job, timeout=120, burst_buffer_done=True)
+    assert rec["JobState"] == "COMPLETED", (rec, site.log("slurmctld")[-3000:])
+
+    def probe(who):
+        return f"""#!/bin/bash
+#SBATCH -N 1 -o {outs}/{who}.out
+#DW persistentdw name=spwsec
+C=$DW_PERSISTENT_STRIPED_CACHE_spwsec
+echo "path=$C"
+try() {{ if out=$("$@" 2>&1); then echo "ok $out"; else echo "refused $out"; fi; }}
+echo "cat=$(try cat "$C/secret.txt")"
+echo "ls=$(try ls "$C")"
+echo "stat=$(try stat -c %s "$C/secret.txt")"
+echo "create=$(try touch "$C/drop/{who}")"
+echo done
+"""
+
+    def run(user, who):
+        job = site.submit(probe(who), user.name, cwd=outs)
+        rec = site.wait_job(job, timeout=180, burst_buffer_done=True)
+        assert rec["JobState"] == "COMPLETED", (rec, site.log("slurmctld")[-3000:])
+        log = open(os.path.join(outs, f"{who}.out")).read()
+        assert log.rstrip().endswith("done"), log
+        return log, dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
+
+    # On the PFS itself B is refused at priv/.
+    assert H.as_user(b.uid, b.gid, os.access, os.path.join(data, "secret.txt"), os.R_OK) is False
+    log, out = run(b, "B")
+    assert out["path"].strip(), log
+    for what in ("cat", "ls", "stat", "create"):
+        assert out[what].startswith("refused") and "Permission denied" in out[what], (what, log)
+    assert "A's secret" not in log
+    assert not os.path.exists(os.path.join(drop, "B"))
+    log, out = run(a, "A")
+    assert out["cat"] == "ok A's secret", log
+    assert out["create"].startswith("ok"), log
+
+    destroy = f"""#!/bin/bash
+#SBATCH -N 0 -o {outs}/destroy.out
+#BB destroy_persistent name=spwsec
+"""
+    job = site.submit(destroy, a.name, cwd=outs)
+    site.wait_job(job, timeout=180, burst_buffer_done=True)
+    nothing_left(spw, timeout=120)
+    assert os.path.exists(os.path.join(drop, "A"))
