@@ -526,10 +526,12 @@ class Cluster:
     def start_server(self, index):
         return run_cli(self.binary, ["cluster", "start-server", "--dir", self.dir, "--index", index])
 
-    def mount(self, mountpoint):
+    def mount(self, mountpoint, tunables=None):
+        """Another mount of the instance; `tunables`: a path to the mount's tunables file."""
         os.makedirs(mountpoint, exist_ok=True)
         self.extra_mounts.append(mountpoint)
-        run_cli(self.binary, ["mount", "--instance", self.instance_path, mountpoint], timeout=120)
+        extra = ["--tunables", tunables] if tunables else []
+        run_cli(self.binary, ["mount", "--instance", self.instance_path, *extra, mountpoint], timeout=120)
         if not is_mounted(mountpoint):
             raise RuntimeError(f"`spillway mount` returned but {mountpoint} is not mounted")
         return mountpoint

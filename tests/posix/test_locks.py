@@ -314,14 +314,40 @@ def test_concurrent_o_creat_from_two_mounts(pair):
     assert sorted(os.listdir(a)) == sorted(names)
 
 
+@pytest.fixture(scope="module")
+def negmount(cluster):
+    """A mount whose kernel keeps misses (`negative_ttl_ms`, 0 by default): there the
+    kernel sends CREATE for a name it believes absent that another mount made meanwhile
+    (fs/existing.rs), which these tests are about."""
+    mp = os.path.join(cluster.dir, "mnt-neg")
+    tun = os.path.join(cluster.dir, "neg.tunables")
+    with open(tun, "w") as f:
+        f.write("negative_ttl_ms = 60000\n")
+    cluster.mount(mp, tunables=tun)
+    yield mp
+    try:
+        cluster.umount(mp)
+    except Exception as e:  # the cluster teardown cleans up and reports leftovers
+        print(f"umount {mp}: {e}")
+
+
+@pytest.fixture
+def negpair(pair, negmount, mounts):
+    """(dir on mount A, the same dir on the mount that keeps misses)."""
+    a, b = pair
+    nb = os.path.join(negmount, os.path.relpath(b, mounts[1]))
+    assert H.poll(lambda: os.path.isdir(nb), timeout=3)
+    return a, nb
+
+
 def negative(path):
-    """Look `path` up and find it missing: the kernel caches the miss."""
+    """Look `path` up and find it missing: the kernel caches the miss (on `negmount`)."""
     with pytest.raises(FileNotFoundError):
         os.stat(path)
 
 
-def test_o_creat_after_a_cached_negative_lookup(pair):
-    a, b = pair
+def test_o_creat_after_a_cached_negative_lookup(negpair):
+    a, b = negpair
     for i in range(10):
         negative(os.path.join(b, f"f{i}"))
         H.write_file(os.path.join(a, f"f{i}"), b"from A\n")
@@ -332,8 +358,8 @@ def test_o_creat_after_a_cached_negative_lookup(pair):
             os.close(fd)
 
 
-def test_append_to_a_shared_log_from_both_mounts(pair):
-    a, b = pair
+def test_append_to_a_shared_log_from_both_mounts(negpair):
+    a, b = negpair
     for i in range(5):
         la, lb = os.path.join(a, f"log{i}"), os.path.join(b, f"log{i}")
         negative(lb)
@@ -343,8 +369,8 @@ def test_append_to_a_shared_log_from_both_mounts(pair):
             assert f.read() == "A\nB\n"
 
 
-def test_o_creat_trunc_truncates_the_other_mounts_file(pair):
-    a, b = pair
+def test_o_creat_trunc_truncates_the_other_mounts_file(negpair):
+    a, b = negpair
     negative(os.path.join(b, "t"))
     H.write_file(os.path.join(a, "t"), b"x" * 100000)
     fd = os.open(os.path.join(b, "t"), os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
@@ -356,8 +382,8 @@ def test_o_creat_trunc_truncates_the_other_mounts_file(pair):
     assert H.read_file(os.path.join(a, "t")) == b"new"
 
 
-def test_o_creat_checks_permissions_of_the_existing_file(pair, user, as_user):
-    a, b = pair
+def test_o_creat_checks_permissions_of_the_existing_file(negpair, user, as_user):
+    a, b = negpair
     for i, (mode, flags, want) in enumerate([
         (0o644, os.O_CREAT | os.O_WRONLY, errno.EACCES),
         (0o644, os.O_CREAT | os.O_RDONLY | os.O_TRUNC, errno.EACCES),
@@ -381,8 +407,8 @@ def test_o_creat_checks_permissions_of_the_existing_file(pair, user, as_user):
     assert H.read_file(os.path.join(a, "p1")) == b"root's", "a refused O_TRUNC truncated"
 
 
-def test_o_creat_of_a_directory_or_a_symlink_made_elsewhere(pair):
-    a, b = pair
+def test_o_creat_of_a_directory_or_a_symlink_made_elsewhere(negpair):
+    a, b = negpair
     negative(os.path.join(b, "d"))
     os.mkdir(os.path.join(a, "d"))
     with pytest.raises(IsADirectoryError):

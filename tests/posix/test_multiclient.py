@@ -150,6 +150,27 @@ def test_create_and_unlink_visible_within_attr_timeout(pair):
     assert H.errno_of(os.open, j(b, "new"), os.O_RDONLY) == errno.ENOENT
 
 
+def test_a_name_another_mount_just_made_is_found_at_once(pair):
+    """Issue 31, item 1: a miss is not remembered (negative_ttl 0), so an open or stat
+    right after another mount's create finds the name, as ROMIO's open on every rank
+    after rank 0's create needs (it stats the path on every rank first). Before: the
+    miss was kept for entry_ttl and the open answered ENOENT for another 1.01 s."""
+    a, b = pair
+    for k in range(20):
+        name = f"x{k}"
+        assert H.errno_of(os.stat, j(b, name)) == errno.ENOENT
+        fd = os.open(j(a, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+        os.close(fd)
+        fd = os.open(j(b, name), os.O_RDWR)  # at once: no wait, no retry
+        os.close(fd)
+        os.stat(j(b, name))
+        # The same with a directory and a path through it.
+        assert H.errno_of(os.stat, j(b, f"d{k}", "f")) == errno.ENOENT
+        os.mkdir(j(a, f"d{k}"))
+        H.write_file(j(a, f"d{k}", "f"), b"f")
+        assert H.read_file(j(b, f"d{k}", "f")) == b"f"
+
+
 def test_walks_see_the_other_mounts_changes_within_attr_timeout(pair):
     """A walk on A (READDIRPLUS, listings read ahead) shows names B created, removed
     and renamed within the attribute timeout: listings read ahead are served only

@@ -44,6 +44,12 @@ pub struct Tunables {
     /// every open fetches fresh attributes).
     pub attr_ttl: Duration,
     pub entry_ttl: Duration,
+    /// How long the kernel may remember that a name is *not* there. 0 (the default):
+    /// not at all, so an open or stat finds a name another mount (another node) just
+    /// made, as NFS revalidates a negative entry at open; MPI-IO stats a shared file on
+    /// every rank before rank 0 creates it. A site whose jobs each keep to one node may
+    /// set it to save the round trip of repeated misses (`entry_ttl_ms` is a fair value).
+    pub negative_ttl: Duration,
     /// Bytes of one open file's writes in flight to the servers (sent, not yet
     /// answered) before a writer waits for the oldest reply.
     pub writeback_per_file: usize,
@@ -154,6 +160,7 @@ impl Default for Tunables {
             fuse_threads: 8,
             attr_ttl: Duration::from_secs(1),
             entry_ttl: Duration::from_secs(1),
+            negative_ttl: Duration::ZERO,
             writeback_per_file: 32 << 20,
             writeback_inflight: 64,
             writeback_chunk: 1 << 20,
@@ -217,6 +224,7 @@ impl Tunables {
                 "fuse_threads" => self.fuse_threads = (num()? as usize).max(1),
                 "attr_ttl_ms" => self.attr_ttl = Duration::from_millis(num()?),
                 "entry_ttl_ms" => self.entry_ttl = Duration::from_millis(num()?),
+                "negative_ttl_ms" => self.negative_ttl = Duration::from_millis(num()?),
                 "writeback_per_file" => self.writeback_per_file = num()? as usize,
                 "writeback_inflight" => self.writeback_inflight = (num()? as usize).max(1),
                 "writeback_chunk" => {

@@ -57,11 +57,12 @@ impl SpillwayFs {
         }
         match r {
             Ok(a) => Ok(Some(Fresh::Fetched(a))),
-            // A negative entry (node id 0): the kernel remembers the miss for the entry
-            // lifetime, so the lookups before a create do not each cost a round trip.
-            // Our own create replaces it; another client's create shows within the same
-            // lifetime as any other name change.
-            Err(e) if e == Errno::ENOENT && !self.tun.entry_ttl.is_zero() => Ok(None),
+            // A negative entry (node id 0), only when the site allows the kernel to
+            // remember misses (`negative_ttl`): then another client's create shows
+            // only after that lifetime. Otherwise ENOENT itself, which the kernel
+            // does not keep: the next open or stat of the name asks again and finds
+            // what another node made meanwhile.
+            Err(e) if e == Errno::ENOENT && !self.tun.negative_ttl.is_zero() => Ok(None),
             Err(e) => Err(e),
         }
     }

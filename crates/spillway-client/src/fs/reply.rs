@@ -107,7 +107,7 @@ impl SpillwayFs {
             Ok(None) => {
                 let mut none = self.fuse_attr(&self.negative_template());
                 none.ino = INodeNo(0);
-                reply.entry(&self.tun.entry_ttl, &none, Generation(0));
+                reply.entry(&self.tun.negative_ttl, &none, Generation(0));
             }
             Err(e) => reply.error(fe(e)),
         }
