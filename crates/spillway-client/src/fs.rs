@@ -23,6 +23,7 @@
 //! * `io`       — READ and WRITE.
 //! * `sparse`   — fallocate and SEEK_DATA/SEEK_HOLE.
 
+use crate::coherence::Coherence;
 use crate::control::Control;
 use crate::dirahead::DirAhead;
 use crate::gate::Gate;
@@ -62,7 +63,9 @@ mod xattrs;
 
 pub struct SpillwayFs {
     inst: Arc<Instance>,
-    t: Tables,
+    t: Arc<Tables>,
+    /// What the kernel caches of each file against other clients' changes.
+    coherence: Arc<Coherence>,
     tun: Tunables,
     notifier: Arc<OnceLock<Notifier>>,
     origin: std::path::PathBuf,
@@ -127,14 +130,22 @@ impl SpillwayFs {
             .desc
             .cache
             .then(|| Gate::new(inst.clone(), tun.attr_ttl));
+        let t = Arc::new(Tables::default());
+        let coherence = Arc::new(Coherence::new(
+            t.clone(),
+            inst.clone(),
+            notifier.clone(),
+            root.clone(),
+        ));
         SpillwayFs {
             gate,
             ahead,
             grants: Grants::new(inst.clone(), &tun),
-            locks: Locks::new(inst.clone(), tun.lock_waiters_per_uid),
+            locks: Locks::new(inst.clone(), tun.lock_waiters_per_uid, coherence.clone()),
             lost: invalidator(notifier.clone(), root.clone()),
             inst,
-            t: Tables::default(),
+            t,
+            coherence,
             tun,
             notifier,
             origin,
@@ -398,9 +409,14 @@ impl Filesystem for SpillwayFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        // The open file description's flocks and OFD locks (locks.rs).
-        self.locks
-            .release(self.ino(i), fh.0, lock_owner.map(|o| o.0));
+        // The open file description's flocks and OFD locks (locks.rs), after this
+        // client's writes of the file are on the servers (what a lock protected is
+        // there before another node can take it).
+        let ino = self.ino(i);
+        if let Err(e) = self.coherence.push(ino) {
+            tracing::warn!(%ino, "pushing writes before dropping locks at release: {e}");
+        }
+        self.locks.release(ino, fh.0, lock_owner.map(|o| o.0));
         let r = self.changing(self.do_release(fh.0));
         Self::empty(reply, r);
     }

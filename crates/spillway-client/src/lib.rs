@@ -5,6 +5,8 @@
 //!   one per server handler (`lookup` here ↔ `LookupReq` there), placed by
 //!   `spillway-placement` (its own crate: the servers' stage coordinator uses it too).
 //! * `nodes`    — what this client knows of inodes and open files.
+//! * `coherence`— what the kernel caches of a file against other clients' changes:
+//!   checked at open, when a lock is granted and at fsync (docs/data-plane.md).
 //! * `writeback`— the per-file write-back buffer (close-to-open: flushed at close/fsync),
 //!   sent through the write stubs (`spillway_stubs::write`).
 //! * `grants`   — the space each server promised this client (write-behind needs it).
@@ -28,6 +30,7 @@
 
 pub mod acl;
 mod caller;
+mod coherence;
 pub mod control;
 mod dirahead;
 pub mod fs;

@@ -21,6 +21,7 @@
 mod waiters;
 
 use crate::caller::{self, Waiter};
+use crate::coherence::Coherence;
 use fuser::{ReplyEmpty, ReplyLock};
 use spillway_stubs::locks::{LockRange, LockSession};
 use spillway_stubs::Instance;
@@ -105,6 +106,7 @@ impl State {
 
 pub struct Locks {
     inst: Arc<Instance>,
+    coherence: Arc<Coherence>,
     state: Mutex<State>,
     waiters: Waiters<ReplyEmpty>,
     stopping: AtomicBool,
@@ -152,8 +154,15 @@ fn kind_of(typ: i32) -> Result<u8, Errno> {
 
 impl Locks {
     /// `waiters_per_uid`: blocked requests one uid may have waiting at once.
-    pub fn new(inst: Arc<Instance>, waiters_per_uid: usize) -> Arc<Locks> {
+    /// `coherence`: what the kernel caches of a file, pushed before an unlock and
+    /// checked when a lock is granted.
+    pub(crate) fn new(
+        inst: Arc<Instance>,
+        waiters_per_uid: usize,
+        coherence: Arc<Coherence>,
+    ) -> Arc<Locks> {
         Arc::new(Locks {
+            coherence,
             inst,
             state: Mutex::new(State::default()),
             waiters: Waiters::new(waiters_per_uid, LONGEST_PAUSE),
@@ -186,17 +195,42 @@ impl Locks {
         if let Err(e) = self.check_lost(a.ino, a.owner, class) {
             return reply.error(fe(e));
         }
+        // What the lock protected reaches the servers before another node can take
+        // it: this client's writes of the file are pushed first. Failed, the lock is
+        // dropped all the same and the caller hears of the lost writes.
+        let pushed = if kind == lock_kind::UNLOCK {
+            self.coherence.push(a.ino)
+        } else {
+            Ok(())
+        };
         match self.attempt(&a, class, kind) {
             Err(e) if e == EAGAIN && sleep && kind != lock_kind::UNLOCK => {
                 self.block(Blocked::new(a, class, kind, reply, FIRST_PAUSE))
             }
-            Ok(()) => {
-                if kind == lock_kind::UNLOCK {
-                    self.waiters.nudge(a.ino);
+            Ok(()) if kind == lock_kind::UNLOCK => {
+                self.waiters.nudge(a.ino);
+                match pushed {
+                    Ok(()) => reply.ok(),
+                    Err(e) => reply.error(fe(e)),
                 }
+            }
+            Ok(()) => {
+                self.granted(a.ino);
                 reply.ok()
             }
             Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    /// A lock was granted: what the kernel caches of the file is checked against the
+    /// home's version (another node may have written under the lock before), so a
+    /// read under the lock sees the last holder's writes. Not answering would leave the
+    /// lock held at the home with the caller told it failed: a failed check drops the
+    /// kernel's cache of the file instead.
+    fn granted(&self, ino: InodeNo) {
+        if let Err(e) = self.coherence.revalidate(ino) {
+            tracing::warn!(%ino, "checking the cache of a file at a lock: {e}");
+            self.coherence.drop_cached(ino);
         }
     }
 
@@ -365,7 +399,10 @@ impl Locks {
                     Some(r) => {
                         self.waiters.answered(b.a.uid);
                         match r {
-                            Ok(()) => b.reply.ok(),
+                            Ok(()) => {
+                                self.granted(b.a.ino);
+                                b.reply.ok()
+                            }
                             Err(e) => b.reply.error(fe(e)),
                         }
                     }

@@ -37,7 +37,7 @@ use spillway_placement::Layout;
 use spillway_stubs::Payload;
 use spillway_stubs::{Charge, Instance, PendingWrite};
 use spillway_types::{Attr, Errno, InodeNo, ServerIndex, StripeIndex, Tunables};
-use spillway_wire::messages::{setattr, SetAttrReq};
+use spillway_wire::messages::{setattr, ExtendSizeReply, SetAttrReq};
 use staged::Staged;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -483,12 +483,12 @@ impl WriteBack {
     /// Write everything to the servers and tell the home the new size, so that
     /// another client opening the file afterwards sees it (close-to-open). Returns the
     /// home's attributes when it was told something.
-    pub fn flush(&self) -> Result<Option<Attr>, Errno> {
+    pub fn flush(&self) -> Result<Option<ExtendSizeReply>, Errno> {
         self.push(false)
     }
 
     /// `flush`, and make the file's data and metadata durable on every server.
-    pub fn fsync(&self) -> Result<Option<Attr>, Errno> {
+    pub fn fsync(&self) -> Result<Option<ExtendSizeReply>, Errno> {
         self.push(true)
     }
 
@@ -497,7 +497,7 @@ impl WriteBack {
     /// fdatasync on the other servers holding unsynced data of the file, and the new
     /// size and mtime to the home (its log synced when `durable`). A small write +
     /// fsync costs one round trip.
-    fn push(&self, durable: bool) -> Result<Option<Attr>, Errno> {
+    fn push(&self, durable: bool) -> Result<Option<ExtendSizeReply>, Errno> {
         let mut st = self.lock();
         let st = &mut *st;
         // Every write sent before must be answered first: a sync must not overtake
@@ -562,7 +562,7 @@ impl WriteBack {
                 if meta_durable {
                     st.durable_size = Some(end);
                 }
-                Some(a.attr)
+                Some(a)
             }
             Some(Err(e)) => {
                 st.size_stale |= wrote;

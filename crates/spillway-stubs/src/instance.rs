@@ -521,16 +521,19 @@ impl Instance {
         self.home(ino)?.call(&ReleaseReq { ino }).map(|_| ())
     }
 
-    pub fn extend_size(&self, ino: InodeNo, size: u64, touch: bool) -> Result<Attr, Errno> {
-        Ok(self
-            .home(ino)?
-            .call(&ExtendSizeReq {
-                ino,
-                size,
-                touch,
-                sync: false,
-            })?
-            .attr)
+    /// The new attributes, and the version the file had just before (`ExtendSizeReply`).
+    pub fn extend_size(
+        &self,
+        ino: InodeNo,
+        size: u64,
+        touch: bool,
+    ) -> Result<ExtendSizeReply, Errno> {
+        self.home(ino)?.call(&ExtendSizeReq {
+            ino,
+            size,
+            touch,
+            sync: false,
+        })
     }
 
     /// `extend_size`, started: the caller overlaps it with other calls.

@@ -234,6 +234,27 @@ wire_struct!(LookupReply {
 });
 wire_struct!(GetAttrReq { ino: InodeNo });
 wire_struct!(AttrReply { attr: Attr });
+// `ExtendSizeReq`'s answer: the attributes after, and the version (size, mtime,
+// ctime) the file had just before this change. A client whose cached pages reflect
+// that version knows nobody else changed the file in between (close-to-open with
+// several writers, docs/data-plane.md "Consistency").
+wire_struct!(ExtendSizeReply {
+    attr: Attr,
+    prior_size: u64,
+    prior_mtime: Timespec,
+    prior_ctime: Timespec,
+});
+impl ExtendSizeReply {
+    /// The reply for a change from `before` to `attr`.
+    pub fn of(before: Attr, attr: Attr) -> ExtendSizeReply {
+        ExtendSizeReply {
+            prior_size: before.size,
+            prior_mtime: before.mtime,
+            prior_ctime: before.ctime,
+            attr,
+        }
+    }
+}
 wire_struct!(SetAttrReq {
     ino: InodeNo,
     valid: u32,
@@ -1022,7 +1043,7 @@ calls! {
     // drops when the connection breaks: resending them on a new connection is safe.
     32 OpenReq -> AttrReply, true;
     33 ReleaseReq -> Empty, true;
-    34 ExtendSizeReq -> AttrReply, true;
+    34 ExtendSizeReq -> ExtendSizeReply, true;
     35 SetXattrReq -> Empty, true;
     36 GetXattrReq -> BytesReply, true;
     37 ListXattrReq -> NamesReply, true;

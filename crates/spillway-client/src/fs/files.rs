@@ -11,8 +11,8 @@ use crate::locks::LockArgs;
 use crate::nodes::{Node, OpenFile};
 use crate::writeback::WriteBack;
 use fuser::{FileHandle, FopenFlags, INodeNo, LockOwner, Request};
-use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec};
-use spillway_wire::messages::flush_scope;
+use spillway_types::{Attr, Errno, FileKind, InodeNo};
+use spillway_wire::messages::{flush_scope, ExtendSizeReply};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -121,24 +121,13 @@ impl SpillwayFs {
 
     /// The version of a file its cached pages are compared by (nodes.rs, `Stamp`).
     pub(super) fn stamp(&self, a: &Attr) -> crate::nodes::Stamp {
-        let ctime = if self.inst.desc.cache {
-            a.ctime
-        } else {
-            Timespec::default()
-        };
-        (a.size, a.mtime, ctime)
+        self.coherence.stamp(a)
     }
 
-    /// After a flush told the home the new size, remember what the kernel now caches.
-    pub(super) fn note_flushed(&self, attr: Option<Attr>) {
-        if let Some(a) = attr {
-            let mut nodes = self.t.nodes();
-            if let Some(n) = nodes.get_mut(&a.ino) {
-                n.cached = Some(self.stamp(&a));
-                n.attr = a;
-                n.fetched = Some(std::time::Instant::now());
-            }
-        }
+    /// After a flush told the home the new size: what the kernel's pages now reflect
+    /// (coherence.rs).
+    pub(super) fn note_flushed(&self, r: Option<ExtendSizeReply>) {
+        self.coherence.note_flushed(r)
     }
 
     /// A close: this client's writes reach the servers, and the process's POSIX locks
@@ -165,15 +154,30 @@ impl SpillwayFs {
     /// A cache whose `sync_to_pfs` policy is on: then the file's changes on every
     /// server are written to the PFS and synced there before the fsync returns (the
     /// namespace server knows the policy; DataWarp's definition, docs/cache.md).
+    ///
+    /// Then what the kernel caches of the file is checked against the home's version
+    /// and dropped if another client changed it (coherence.rs): MPI's
+    /// "sync-barrier-sync" (`MPI_File_sync` is fsync in ROMIO) reads what every other
+    /// rank wrote and synced before the barrier.
     pub(super) fn do_fsync(&self, i: InodeNo) -> R<()> {
-        match self.t.writeback(i) {
-            Some(wb) => wb.fsync().map(|a| self.note_flushed(a)),
-            None => self.inst.sync_meta(i),
-        }?;
+        let told = match self.t.writeback(i) {
+            Some(wb) => wb.fsync()?,
+            None => {
+                self.inst.sync_meta(i)?;
+                None
+            }
+        };
         if self.inst.desc.cache {
             self.inst.cache_flush(i, flush_scope::ON_FSYNC)?;
         }
-        Ok(())
+        match told {
+            // The home's version came back with the size: no round trip more.
+            Some(r) => {
+                self.coherence.settle(r);
+                Ok(())
+            }
+            None => self.coherence.revalidate(i),
+        }
     }
 
     /// The end of an open file description. The file's last release here flushes and

@@ -67,9 +67,9 @@ impl SpillwayFs {
                 let attr = self.inst.getattr(i)?;
                 let layout = self.inst.layout(&attr);
                 self.inst.write(&layout, i, offset, data)?;
-                self.inst
-                    .extend_size(i, offset + data.len() as u64, true)
-                    .map(|_| data.len())
+                let r = self.inst.extend_size(i, offset + data.len() as u64, true)?;
+                self.note_flushed(Some(r));
+                Ok(data.len())
             }
         }
     }

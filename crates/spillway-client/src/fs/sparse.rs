@@ -91,13 +91,17 @@ impl SpillwayFs {
             self.t.stale(i);
             return Err(e);
         }
-        let attr = if keep_size {
-            self.touch(i)
-        } else {
-            self.inst.extend_size(i, end, true)
+        if keep_size {
+            let attr = self.touch(i).inspect_err(|_| self.t.stale(i))?;
+            self.coherence.note_own(&attr);
+            return Ok(attr);
         }
-        .inspect_err(|_| self.t.stale(i))?;
-        self.note_flushed(Some(attr.clone()));
+        let r = self
+            .inst
+            .extend_size(i, end, true)
+            .inspect_err(|_| self.t.stale(i))?;
+        let attr = r.attr.clone();
+        self.note_flushed(Some(r));
         Ok(attr)
     }
 

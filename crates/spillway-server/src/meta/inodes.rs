@@ -126,10 +126,23 @@ impl MetaStore {
         })
     }
 
-    /// Data was written up to `size`: grow the size (never shrink), touch if asked.
+    #[cfg(test)]
     pub(crate) fn extend_size(&self, ino: InodeNo, size: u64, touch: bool) -> StoreResult<Attr> {
+        self.extend_size_from(ino, size, touch).map(|(_, a)| a)
+    }
+
+    /// Data was written up to `size`: grow the size (never shrink), touch if asked.
+    /// Returns the attributes just before (in the same transaction: no other change
+    /// comes between) and after.
+    pub(crate) fn extend_size_from(
+        &self,
+        ino: InodeNo,
+        size: u64,
+        touch: bool,
+    ) -> StoreResult<(Attr, Attr)> {
         self.txn(|tx| {
             let mut a = rows::get_inode(tx, ino)?.ok_or(fs(Errno::ENOENT))?;
+            let before = a.clone();
             let grows = size > a.size;
             a.size = a.size.max(size);
             if touch {
@@ -143,7 +156,7 @@ impl MetaStore {
             if touch {
                 super::allocs::provisional_blocks(tx, &mut a)?;
             }
-            Ok(a)
+            Ok((before, a))
         })
     }
 

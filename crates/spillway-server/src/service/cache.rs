@@ -16,8 +16,8 @@ use spillway_types::{Errno, FileKind};
 use spillway_wire::serve::Reply;
 use spillway_wire::{
     AttrReply, BytesReply, CacheAccessReply, CacheDropReply, CacheInodeReply, CacheResolveReply,
-    CacheStatusReply, Empty, InsertEntryReply, LookupReply, NamesReply, ReadArenaReply,
-    ReadDirReply, RemoveEntryReply, Request, StatFsReply, StripeInfoReply,
+    CacheStatusReply, Empty, ExtendSizeReply, InsertEntryReply, LookupReply, NamesReply,
+    ReadArenaReply, ReadDirReply, RemoveEntryReply, Request, StatFsReply, StripeInfoReply,
 };
 use std::time::Instant;
 
@@ -157,7 +157,10 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
             s.release(r.ino);
             empty()
         }
-        Request::ExtendSizeReq(r) => attr(ns()?.extend_size(r.ino, r.size, r.touch)?),
+        Request::ExtendSizeReq(r) => {
+            let (before, a) = ns()?.extend_size_from(r.ino, r.size, r.touch)?;
+            Reply::of(&ExtendSizeReply::of(before, a))
+        }
         Request::SetLayoutReq(r) => {
             c.resolver.forget(r.ino);
             attr(ns()?.set_layout(r.ino, r.stripe_size, r.stripe_width)?)

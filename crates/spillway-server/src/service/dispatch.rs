@@ -9,8 +9,8 @@ use crate::stage::Stages;
 use spillway_types::Errno;
 use spillway_wire::serve::Reply;
 use spillway_wire::{
-    AttrReply, BytesReply, Empty, FragmentListReply, LookupReply, NamesReply, ReadArenaReply,
-    ReadDirReply, Request, StatFsReply, StripeInfoReply,
+    AttrReply, BytesReply, Empty, ExtendSizeReply, FragmentListReply, LookupReply, NamesReply,
+    ReadArenaReply, ReadDirReply, Request, StatFsReply, StripeInfoReply,
 };
 use std::time::Instant;
 
@@ -89,11 +89,11 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
             empty()
         }
         Request::ExtendSizeReq(r) => {
-            let a = f.meta.extend_size(r.ino, r.size, r.touch)?;
+            let (before, a) = f.meta.extend_size_from(r.ino, r.size, r.touch)?;
             if r.sync {
                 f.meta.sync()?;
             }
-            attr(a)
+            Reply::of(&ExtendSizeReply::of(before, a))
         }
         Request::SetLayoutReq(r) => {
             attr(

@@ -915,11 +915,24 @@ impl PfsNamespace {
         self.attr_of(ino, &o.st, stripe_size, stripe_width)
     }
 
+    #[cfg(test)]
+    pub(crate) fn extend_size(&self, ino: InodeNo, size: u64, touch: bool) -> StoreResult<Attr> {
+        self.extend_size_from(ino, size, touch).map(|(_, a)| a)
+    }
+
     /// Writes absorbed by the cache extend a file before the PFS sees them: the size
     /// (and mtime when `touch`) shown stays at least `size` until an open finds the
     /// write-behind done (`settled_at`) or the copy dropped (`settled`). Memory only.
-    pub(crate) fn extend_size(&self, ino: InodeNo, size: u64, touch: bool) -> StoreResult<Attr> {
+    /// Returns the attributes shown just before (from the same look at the PFS file)
+    /// and after.
+    pub(crate) fn extend_size_from(
+        &self,
+        ino: InodeNo,
+        size: u64,
+        touch: bool,
+    ) -> StoreResult<(Attr, Attr)> {
         let o = self.inode(ino)?;
+        let before = self.opened_attr(ino, &o)?;
         if kind_of(&o.st)? == FileKind::Regular {
             let mut m = lock(&self.memory);
             let ov = m.overlays.entry(ino).or_default();
@@ -929,7 +942,7 @@ impl PfsNamespace {
                 ov.mtime = Some(ov.mtime.map_or(now, |t| t.max(now)));
             }
         }
-        self.opened_attr(ino, &o)
+        Ok((before, self.opened_attr(ino, &o)?))
     }
 
     /// The PFS file of `ino` is all there is of it (coherence at open dropped the
