@@ -84,7 +84,8 @@ def stat_view(st_, with_size=True):
 
 class DiffMachine(RuleBasedStateMachine):
     BASES = None  # (spillway base, local base), set by the test
-    counter = 0
+    counter = 0  # runs started
+    calls = 0  # operations compared
 
     def __init__(self):
         super().__init__()
@@ -99,6 +100,7 @@ class DiffMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ plumbing
     def both(self, desc, fn):
         """fn(side) runs on side 0 (Spillway) and 1 (local); outcomes must be equal."""
+        type(self).calls += 1
         a = outcome(lambda: fn(0))
         b = outcome(lambda: fn(1))
         assert a == b, f"{desc}: spillway -> {a!r}, local -> {b!r}"
@@ -365,10 +367,13 @@ def run_machine(machine_cls, examples=EXAMPLES, steps=STEPS):
 
     old_buffer = engine.BUFFER_SIZE
     engine.BUFFER_SIZE = max(old_buffer, steps * 256)
+    runs, calls = machine_cls.counter, machine_cls.calls
     try:
         _run(machine, examples, steps, phases)
     finally:
         engine.BUFFER_SIZE = old_buffer
+        print(f"\n{machine_cls.__name__}: {machine_cls.counter - runs} runs, "
+              f"{machine_cls.calls - calls} operations compared")
 
 
 def _run(machine, examples, steps, phases):
