@@ -11,9 +11,10 @@ The reference is on the PFS's own file system (XFS), not the test machine's ext4
 cache promises the PFS's semantics, so a difference between XFS and ext4 is no
 difference of the cache's.
 
-Size: SPILLWAY_DIFF_CACHE_EXAMPLES (default 20) runs of up to SPILLWAY_DIFF_CACHE_STEPS
-(default 100) steps, about a minute (hypothesis's first ten-odd runs are short whatever
-the size); seed and shrinking as in test_differential.py (SPILLWAY_DIFF_SEED,
+Size: SPILLWAY_DIFF_CACHE_EXAMPLES (default 30) runs of up to
+SPILLWAY_DIFF_CACHE_STEPS (default 300) steps: about 6,000 operations, 30 s on a quiet
+machine, 2 min on a busy one (hypothesis's first ten-odd runs are short whatever the
+size). Seed and shrinking as in test_differential.py (SPILLWAY_DIFF_SEED,
 SPILLWAY_DIFF_SHRINK). By hand, to look for differences: 20 x 3,000 with
 SPILLWAY_DIFF_SEED=random, several times."""
 
@@ -27,8 +28,8 @@ import spwhelpers as H
 from test_cache import cache, pfs  # noqa: F401  (module fixtures: this module's own cluster)
 from test_differential import DiffMachine, run_machine
 
-EXAMPLES = int(os.environ.get("SPILLWAY_DIFF_CACHE_EXAMPLES", "20"))
-STEPS = int(os.environ.get("SPILLWAY_DIFF_CACHE_STEPS", "100"))
+EXAMPLES = int(os.environ.get("SPILLWAY_DIFF_CACHE_EXAMPLES", "30"))
+STEPS = int(os.environ.get("SPILLWAY_DIFF_CACHE_STEPS", "300"))
 
 # The hidden name an open file unlinked keeps on the PFS (docs/cache.md, "Unlink") goes
 # with the file's last close, which the kernel sends to the FUSE client after close(2)
