@@ -396,9 +396,17 @@ impl PfsNamespace {
         })
     }
 
+    /// The attributes of `ino`; for an inode whose last name went through us (a
+    /// directory removed, or replaced by a rename, while a process holds it open, as
+    /// `fstat` asks then), its last ones with no link, as a local file system answers.
     pub(crate) fn get_attr(&self, ino: InodeNo) -> StoreResult<Attr> {
-        let o = self.inode(ino)?;
-        self.opened_attr(ino, &o)
+        match self.inode(ino) {
+            Ok(o) => self.opened_attr(ino, &o),
+            Err(crate::error::StoreError::Fs(e @ (Errno::ESTALE | Errno::ENOENT))) => {
+                lock(&self.memory).gone.get(&ino).cloned().ok_or(fs(e))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Mode, owner, size (regular files only) and times; ctime is the PFS's own.

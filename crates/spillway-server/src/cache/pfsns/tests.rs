@@ -1472,3 +1472,46 @@ fn a_planted_hidden_name_neither_blocks_an_unlink_nor_is_touched() {
     f.ns.reap(ino).unwrap();
     assert_eq!(std::fs::read(&planted).unwrap(), b"planted");
 }
+
+/// The differential run on a cache (issue 30, item 14): `fstat` of a directory a
+/// process holds open after `rmdir` (or a rename over it) answered ESTALE; a local file
+/// system answers its attributes with no link.
+#[test]
+fn a_directory_removed_through_us_keeps_answering_its_attributes() {
+    let f = fx();
+    for (name, replace) in [("d", false), ("e", true)] {
+        let d =
+            f.ns.create(&node(ROOT_INODE, name, FileKind::Directory, 0o750))
+                .unwrap();
+        if replace {
+            f.ns.create(&node(ROOT_INODE, "src", FileKind::Directory, 0o755))
+                .unwrap();
+            f.ns.rename(
+                ROOT_INODE,
+                b"src",
+                ROOT_INODE,
+                name.as_bytes(),
+                RenameMode::Replace,
+                &By::ROOT,
+            )
+            .unwrap();
+        } else {
+            f.ns.remove_entry(ROOT_INODE, name.as_bytes(), Expect::Dir, &By::ROOT)
+                .unwrap();
+        }
+        let a = f.ns.get_attr(d.ino).unwrap();
+        assert_eq!(
+            (a.ino, a.kind, a.nlink, a.mode & 0o7777),
+            (d.ino, FileKind::Directory, 0, 0o750),
+            "{name}"
+        );
+    }
+    // Removed on the PFS behind our back, it stays stale.
+    std::fs::create_dir(f.pfs.join("x")).unwrap();
+    let x = f.ns.lookup(ROOT_INODE, b"x").unwrap().entry.ino;
+    std::fs::remove_dir(f.pfs.join("x")).unwrap();
+    assert!(matches!(
+        errno(f.ns.get_attr(x)),
+        Errno::ESTALE | Errno::ENOENT
+    ));
+}
