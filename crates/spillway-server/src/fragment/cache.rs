@@ -599,6 +599,36 @@ impl super::Fragment {
 }
 
 impl super::Fragment {
+    /// Times set explicitly on `ino` (a SETATTR, on the namespace server), given to
+    /// every server of its layout before the namespace sets them on the PFS file: each
+    /// keeps them while it holds writes of the file not yet there, and leaves them on
+    /// the PFS file after its write-behinds (stripes/mtime.rs). Nothing for what is not
+    /// a regular file (no write-behind).
+    pub(crate) fn cache_times(
+        &self,
+        c: &CacheState,
+        ino: InodeNo,
+        times: &crate::cache::wblog::LogTimes,
+    ) -> StoreResult<()> {
+        let ns = c.ns.as_ref().ok_or(fs(Errno::ESTALE))?;
+        let a = ns.get_attr(ino)?;
+        if a.kind != spillway_types::FileKind::Regular {
+            return Ok(());
+        }
+        let req = times.request(ino);
+        let layout = self.layout(ino, a.stripe_size, a.stripe_width);
+        let servers = self.data_servers(&layout);
+        let results = self.on_servers(&servers, ino, &req, || {
+            c.stripes
+                .set_times(ino, *times)
+                .map(|()| spillway_wire::Empty {})
+                .map_err(StoreError::Io)
+        });
+        super::first_error(results)
+    }
+}
+
+impl super::Fragment {
     /// `CacheFlushReq`: write a file's cached changes to the PFS and return once they
     /// are there: this server's stripes (`HERE`), or, on the namespace server, those
     /// of every server of the file's layout (`FILE`; `ON_CLOSE` only when the
