@@ -580,13 +580,16 @@ pub mod times_set {
     pub const ATIME: u8 = 1;
     /// `mtime` is set.
     pub const MTIME: u8 = 2;
+    /// Not a time set: a write came after the times kept, and `mtime` is the time the
+    /// namespace server shows for it.
+    pub const VOID: u8 = 4;
 }
 wire_struct!(
     /// Peer role only (the namespace server, at a SETATTR that sets times): times set
     /// explicitly on a cached file (`set` from `times_set`; `set_at`: the namespace
     /// server's clock then). A server holding writes of the file not yet on the PFS
     /// keeps them (in its write-behind log) and leaves them on the PFS file after each
-    /// of its write-behinds, until a later write here voids the mtime (docs/cache.md,
+    /// of its write-behinds, until a later write voids the mtime (docs/cache.md,
     /// "File times"); a server holding none has nothing to do.
     CacheTimesReq { ino: InodeNo, set: u8, atime: Timespec, mtime: Timespec, set_at: Timespec }
 );

@@ -64,28 +64,28 @@ impl From<&spillway_wire::CacheTimesReq> for LogTimes {
         use spillway_wire::times_set;
         LogTimes {
             atime: (r.set & times_set::ATIME != 0).then_some(r.atime),
-            mtime: (r.set & times_set::MTIME != 0).then_some(r.mtime),
+            mtime: (r.set & (times_set::MTIME | times_set::VOID) != 0).then_some(r.mtime),
             set_at: r.set_at,
-            void: false,
+            void: r.set & times_set::VOID != 0,
         }
     }
 }
 
 impl LogTimes {
-    /// The request that gives these times to a server of the file.
+    /// The request that gives these times to a server of the file (`void`: a write
+    /// came after the times set, and `mtime` is its time).
     pub(crate) fn request(&self, ino: spillway_types::InodeNo) -> spillway_wire::CacheTimesReq {
         use spillway_wire::times_set;
         spillway_wire::CacheTimesReq {
             ino,
-            set: if self.atime.is_some() {
-                times_set::ATIME
-            } else {
-                0
-            } | if self.mtime.is_some() {
-                times_set::MTIME
-            } else {
-                0
-            },
+            set: [
+                (self.atime.is_some(), times_set::ATIME),
+                (self.mtime.is_some(), times_set::MTIME),
+                (self.void, times_set::VOID),
+            ]
+            .into_iter()
+            .filter(|&(on, _)| on)
+            .fold(0, |set, (_, bit)| set | bit),
             atime: self.atime.unwrap_or_default(),
             mtime: self.mtime.unwrap_or_default(),
             set_at: self.set_at,

@@ -158,7 +158,14 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
             s.release(r.ino);
             empty()
         }
-        Request::ExtendSizeReq(r) => attr(ns()?.extend_size(r.ino, r.size, r.touch)?),
+        Request::ExtendSizeReq(r) => {
+            let a = ns()?.extend_size(r.ino, r.size, r.touch)?;
+            if r.touch {
+                // A write after times were set voids them (stripes/mtime.rs).
+                f.cache_written(c, r.ino, a.mtime);
+            }
+            attr(a)
+        }
         Request::SetLayoutReq(r) => {
             c.resolver.forget(r.ino);
             attr(ns()?.set_layout(r.ino, r.stripe_size, r.stripe_width)?)

@@ -21,18 +21,25 @@ impl super::CacheStripes {
     /// appended as a write's `Dirty` record is: it survives a kill -9) while the inode
     /// has dirty ranges here, a flush's snapshot included; merged with times set before
     /// (a time not given now stays as set then). Without dirty ranges there is nothing
-    /// to do: no write-behind of this server will move the PFS file's times.
+    /// to do: no write-behind of this server will move the PFS file's times. `void`
+    /// in `new`: a write came after the times kept (on any server), at `new.mtime`.
     pub(crate) fn set_times(&self, ino: InodeNo, new: LogTimes) -> std::io::Result<()> {
         let mut st = self.state();
         let Some(i) = st.inodes.get_mut(&ino) else {
             return Ok(());
         };
-        if !i.is_dirty() {
-            return Ok(());
-        }
-        let t = match i.times {
-            None => new,
-            Some(old) => LogTimes {
+        let t = match (i.times, new.void) {
+            // A write after the times, on some server of the file (the namespace server
+            // heard of it): its time is the mtime now.
+            (Some(old), true) => LogTimes {
+                mtime: new.mtime,
+                void: false,
+                ..old
+            },
+            (None, true) => return Ok(()),
+            _ if !i.is_dirty() => return Ok(()),
+            (None, false) => new,
+            (Some(old), false) => LogTimes {
                 atime: new.atime.or(old.atime),
                 mtime: new.mtime.or(if old.void { None } else { old.mtime }),
                 set_at: new.set_at,
@@ -69,29 +76,25 @@ fn to_leave(before: Option<Timespec>, wrote: Timespec, now: Timespec) -> Timespe
 /// file's mtime read before its writes, `wrote` the time of the last write here (None
 /// after a restart), `set` the times set explicitly while this server held writes.
 ///
-/// With times set: a PFS mtime that is not the one set, is later than the set and not
-/// in the future was left by another server's write-behind of a write made after the
-/// set (every server holding earlier writes keeps the set times and leaves those), so
-/// it stays; otherwise the set mtime is left, unless a write here came after it
-/// (`void`), whose time is left then (or the other server's later one).
+/// With times set: the set mtime, unless a write here came after it (`void`), whose
+/// time is left then. A write after the set on another server only is made known here
+/// by the namespace server (`set_times` with `VOID`: the mtime becomes the time that
+/// server shows for the write). The PFS file's own mtime says nothing then: another
+/// server's write-behind running at the same moment shows its landing time there.
 pub(super) fn times_to_leave(
     before: Option<Timespec>,
     wrote: Option<Timespec>,
     set: Option<&LogTimes>,
     now: Timespec,
 ) -> (Option<Timespec>, Option<Timespec>) {
+    let by_write = || wrote.map(|w| to_leave(before, w, now));
     let Some(t) = set else {
-        return (None, wrote.map(|w| to_leave(before, w, now)));
+        return (None, by_write());
     };
-    let later = before.filter(|&b| b <= now && b > t.set_at && Some(b) != t.mtime);
-    let mtime = match (t.void, t.mtime, later) {
-        (false, _, Some(b)) => Some(b),
-        (false, Some(m), None) => Some(m),
-        (false, None, None) => wrote.map(|w| to_leave(before, w, now)),
-        (true, _, b) => match (wrote, b) {
-            (Some(w), Some(b)) => Some(w.max(b)),
-            (w, b) => w.or(b),
-        },
+    let mtime = match (t.void, t.mtime) {
+        (false, Some(m)) => Some(m),
+        (false, None) => by_write(),
+        (true, _) => wrote,
     };
     (t.atime, mtime)
 }
@@ -168,24 +171,26 @@ mod tests {
         assert_eq!(leave(Some(50), Some(60), None), (None, Some(at(60))));
         assert_eq!(leave(Some(50), None, None), (None, None));
         // Set at 80 to 10 (tar's old time): left over the write's (60, before the set),
-        // whatever the PFS shows now (the set time, or this write-behind's earlier one).
+        // whatever the PFS shows now (the set time, this write-behind's earlier one, or
+        // another server's landing at this moment).
         let t = Some(set(Some(10), 80, false));
-        assert_eq!(leave(Some(10), Some(60), t), (Some(at(7)), Some(at(10))));
-        assert_eq!(leave(Some(60), Some(60), t), (Some(at(7)), Some(at(10))));
+        for before in [10, 60, 90] {
+            assert_eq!(
+                leave(Some(before), Some(60), t),
+                (Some(at(7)), Some(at(10)))
+            );
+        }
         // After a restart the write's time is not known: the set time all the same.
         assert_eq!(leave(Some(10), None, t), (Some(at(7)), Some(at(10))));
-        // Another server wrote behind a write made after the set (90): it stays.
-        assert_eq!(leave(Some(90), Some(60), t), (Some(at(7)), Some(at(90))));
         // A time set in the future stays too (it is the one set).
         let future = Some(set(Some(500), 80, false));
         assert_eq!(
             leave(Some(500), Some(60), future),
             (Some(at(7)), Some(at(500)))
         );
-        // A write here after the set (void): its time, or another server's later one.
+        // A write here after the set (void): its time, the atime set stays.
         let void = Some(set(Some(10), 80, true));
         assert_eq!(leave(Some(10), Some(85), void), (Some(at(7)), Some(at(85))));
-        assert_eq!(leave(Some(95), Some(85), void), (Some(at(7)), Some(at(95))));
         let void_future = Some(set(Some(500), 80, true));
         assert_eq!(
             leave(Some(500), Some(85), void_future),
