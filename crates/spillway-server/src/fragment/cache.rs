@@ -658,8 +658,9 @@ impl super::Fragment {
     /// A client wrote `ino` (its `ExtendSizeReq` with `touch`), and the mount shows
     /// `mtime` for it now. If its mtime was set before, its servers learn that the
     /// write voids it, on all of them, not only those the write reached: each leaves
-    /// this time after its write-behinds rather than the one set (stripes/mtime.rs).
-    /// Best effort: a server not reached keeps the time set (logged).
+    /// this time after its write-behinds rather than the one set (stripes/mtime.rs),
+    /// and the PFS file takes it now. Best effort: a server not reached keeps the time
+    /// set (logged).
     pub(crate) fn cache_written(
         &self,
         c: &CacheState,
@@ -685,6 +686,18 @@ impl super::Fragment {
         };
         // Failures are logged by `on_servers`.
         let _ = self.cache_times(c, ino, &void);
+        // A server whose write-behind left the time set before it learnt of the write
+        // has forgotten it (clean since): the PFS file takes the write's time here, and
+        // the write-behinds still to come keep it (it is later than their writes).
+        if let Some(ns) = &c.ns {
+            let change = crate::meta::AttrChange {
+                mtime: Some(crate::meta::TimeChange::At(mtime)),
+                ..Default::default()
+            };
+            if let Err(e) = ns.set_attr(ino, &change) {
+                tracing::warn!(%ino, "the mtime of a write after a time set: {e}");
+            }
+        }
     }
 }
 

@@ -77,10 +77,12 @@ fn to_leave(before: Option<Timespec>, wrote: Timespec, now: Timespec) -> Timespe
 /// after a restart), `set` the times set explicitly while this server held writes.
 ///
 /// With times set: the set mtime, unless a write here came after it (`void`), whose
-/// time is left then. A write after the set on another server only is made known here
-/// by the namespace server (`set_times` with `VOID`: the mtime becomes the time that
-/// server shows for the write). The PFS file's own mtime says nothing then: another
-/// server's write-behind running at the same moment shows its landing time there.
+/// time is left then as without times set (the namespace server may have put a later
+/// one there for that write already: `cache_written`). A write after the set on
+/// another server only is made known here by the namespace server (`set_times` with
+/// `VOID`: the mtime becomes the time it shows for the write). The PFS file's own mtime
+/// does not tell whether the set mtime still holds: another server's write-behind
+/// running at the same moment shows its landing time there.
 pub(super) fn times_to_leave(
     before: Option<Timespec>,
     wrote: Option<Timespec>,
@@ -94,7 +96,7 @@ pub(super) fn times_to_leave(
     let mtime = match (t.void, t.mtime) {
         (false, Some(m)) => Some(m),
         (false, None) => by_write(),
-        (true, _) => wrote,
+        (true, _) => by_write(),
     };
     (t.atime, mtime)
 }
@@ -191,6 +193,8 @@ mod tests {
         // A write here after the set (void): its time, the atime set stays.
         let void = Some(set(Some(10), 80, true));
         assert_eq!(leave(Some(10), Some(85), void), (Some(at(7)), Some(at(85))));
+        // ... or the later time the namespace server set for it.
+        assert_eq!(leave(Some(95), Some(85), void), (Some(at(7)), Some(at(95))));
         let void_future = Some(set(Some(500), 80, true));
         assert_eq!(
             leave(Some(500), Some(85), void_future),
