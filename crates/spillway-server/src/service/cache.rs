@@ -416,7 +416,7 @@ fn set_attr(
     ch: &AttrChange,
     ino: spillway_types::InodeNo,
 ) -> StoreResult<spillway_types::Attr> {
-    let mut ch = ch.clone();
+    let mut ch = *ch;
     let ch = &mut ch;
     if let Some(SizeChange::Set(size)) = ch.size {
         let a = ns.get_attr(ino)?;
