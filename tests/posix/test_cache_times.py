@@ -2,7 +2,8 @@
 cluster and PFS of test_cache.py (two servers caching a directory of a loop-mounted XFS).
 
 - Times set with utime/futimens (`tar -x`, `cp -a`, `rsync -a`) survive the write-behind
-  that lands seconds later, through the mount and on the PFS.
+  that lands seconds later, through the mount and on the PFS, a kill -9 of the servers
+  before it too; a write after them moves the mtime again.
 - The mtime seen through the mount is the time of the write, not that of the
   write-behind.
 - A directory's mtime and ctime move at once when a name is made in it.
@@ -16,8 +17,9 @@ import time
 
 import pytest
 
+import spwhelpers as H
 from spwhelpers import MiB, p
-from test_cache import cache, fresh, pfs  # noqa: F401  (module fixtures, own cluster)
+from test_cache import cache, fresh, pfs, wait_for_pfs  # noqa: F401  (module fixtures, own cluster)
 from test_times import assert_same_times, make_tree, times_of
 
 # Longer than write-behind ever waits for a file (its 5 s age, a pass a second).
@@ -154,3 +156,91 @@ def test_o_trunc_of_a_file_only_in_the_cache_moves_its_times(cache):
     assert st.st_size == 0
     assert st.st_mtime_ns > before.st_mtime_ns, "O_TRUNC did not move the mtime"
     assert st.st_ctime_ns > before.st_ctime_ns, "O_TRUNC did not move the ctime"
+
+
+def _mtime_ns(path):
+    return os.stat(path).st_mtime_ns
+
+
+def test_a_time_set_survives_a_kill_9_before_write_behind(cache):
+    """Times set on files whose bytes are only in the cache, then every server killed
+    with -9 before write-behind (its age is 5 s): after the restart the write-behind
+    leaves the times set on the PFS files (the servers' write-behind logs carried them),
+    not its own time."""
+    c, shared = cache
+    fresh(c.mnt, "tkill")
+    files = {f"f{i}": os.urandom(3 * 64 * 1024 + 5 + i * 777) for i in range(6)}  # both servers
+    want = {}
+    for i, (name, data) in enumerate(files.items()):
+        f = p(c.mnt, "tkill", name)
+        H.write_file(f, data)
+        t = 1_100_000_000_000_000_000 + i * 1_000_000_123
+        os.utime(f, ns=(t, t))
+        want[name] = t
+    for i in range(c.servers):
+        c.kill_server(i)
+    dirty_at_kill = [
+        n for n, d in files.items() if H.read_file(os.path.join(shared, "tkill", n)) != d
+    ]
+    for i in range(c.servers):
+        c.start_server(i)
+    for name, data in files.items():
+        wait_for_pfs(os.path.join(shared, "tkill", name), data)
+    # The last write-behind of a file lands a moment after its bytes: let it.
+    time.sleep(2.0)
+    for name, t in want.items():
+        assert _mtime_ns(os.path.join(shared, "tkill", name)) == t, f"{name} on the PFS"
+        assert _mtime_ns(p(c.mnt, "tkill", name)) == t, f"{name} through the mount"
+    assert dirty_at_kill, "every file was on the PFS before the kill: nothing was tested"
+
+
+@pytest.mark.parametrize("where", ["one server", "both servers"])
+def test_a_write_after_a_time_set_moves_the_mtime(cache, where):
+    """POSIX: a write after utime moves the mtime. The file's bytes are only in the
+    cache when its time is set; the later write reaches one server of the file or both;
+    after write-behind the mtime is the write's, through the mount and on the PFS (the
+    server the write did not reach must not put the time set back)."""
+    c, shared = cache
+    d = f"twrite-{where.replace(' ', '-')}"
+    fresh(c.mnt, d)
+    f = p(c.mnt, d, "f")
+    H.write_file(f, os.urandom(4 * 64 * 1024))  # stripes 0-3: servers 0, 1, 0, 1
+    t = 1_000_000_000_000_000_000
+    os.utime(f, ns=(t, t))
+    assert _mtime_ns(f) == t
+    time.sleep(0.05)
+    before = time.time_ns()
+    with open(f, "r+b") as out:
+        out.write(b"y" * 100)  # stripe 0
+        if where == "both servers":
+            out.seek(64 * 1024 + 10)
+            out.write(b"z" * 100)  # stripe 1
+    after = time.time_ns()
+    slack = 10**9
+    seen = _mtime_ns(f)
+    assert before - slack <= seen <= after + slack, "through the mount, at once"
+    write_behind_now(os.path.join(c.mnt, d))
+    time.sleep(WRITE_BEHIND)
+    for what, path in (("mount", f), ("PFS", os.path.join(shared, d, "f"))):
+        m = _mtime_ns(path)
+        assert before - slack <= m <= after + slack, (
+            f"{what}: mtime {m} is not the write's ({before}..{after}); the time set was {t}"
+        )
+
+
+def test_times_set_on_many_files_hold(cache):
+    """1,500 small files, each written and given its own time at once (as `tar -x` does):
+    every time holds through the mount at once, after write-behind, and on the PFS."""
+    c, shared = cache
+    d = fresh(c.mnt, "tmany")
+    want = {}
+    for i in range(1500):
+        name = f"f{i:04d}"
+        f = os.path.join(d, name)
+        H.write_file(f, b"x" * (100 + i * 37))
+        t = 1_200_000_000_000_000_000 + i * 1_000_003_001
+        os.utime(f, ns=(t, t))
+        want[name] = (stat.S_IFREG, 100 + i * 37, t)
+    check_times(d, os.path.join(shared, "tmany"), want, "1,500 files")
+    time.sleep(WRITE_BEHIND)
+    assert_same_times(times_of(os.path.join(shared, "tmany")), want, "on the PFS, later")

@@ -2,8 +2,8 @@
 //! "Request fields a client sets" and "Handles never come from a client"). A client
 //! connection holds the instance's capability, as a hostile user holding the instance
 //! descriptor would: the peer-only cache requests (`CacheConfigReq`,
-//! `CacheResolveReq`, `CacheDropReq`, `CacheInodeReq`; docs/wire-protocol.md, opcodes
-//! 110-115) answer it EPERM on every server, a `CacheFlushReq` of an undefined scope
+//! `CacheResolveReq`, `CacheDropReq`, `CacheInodeReq`, `CacheTimesReq`;
+//! docs/wire-protocol.md, opcodes 110-115 and 120) answer it EPERM on every server, a `CacheFlushReq` of an undefined scope
 //! EINVAL, and the fragment serves on afterwards with nothing resolved, dropped or
 //! reconfigured: the file written before the attempts is still dirty, reads back and
 //! reaches the PFS whole at a flush.
@@ -11,10 +11,10 @@
 mod common;
 
 use common::Cluster;
-use spillway_types::{Attr, Errno, FileKind, InodeNo, ROOT_INODE};
+use spillway_types::{Attr, Errno, FileKind, InodeNo, Timespec, ROOT_INODE};
 use spillway_wire::{
-    flush_scope, CacheConfigReq, CacheDropReq, CacheFlushReq, CacheInodeReq, CacheResolveReq,
-    CacheStatusReq, CreateReq, LookupReq,
+    flush_scope, times_set, CacheConfigReq, CacheDropReq, CacheFlushReq, CacheInodeReq,
+    CacheResolveReq, CacheStatusReq, CacheTimesReq, CreateReq, LookupReq,
 };
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -145,6 +145,15 @@ fn clients_get_eperm_for_peer_only_cache_requests() {
             assert_eq!(drop.unwrap_err(), Errno::EPERM, "drop, {what}");
             let inode = client.call(&CacheInodeReq { ino });
             assert_eq!(inode.unwrap_err(), Errno::EPERM, "inode, {what}");
+            // Times a server would leave on the PFS file after its write-behind.
+            let times = client.call(&CacheTimesReq {
+                ino,
+                set: times_set::MTIME | times_set::VOID,
+                atime: Timespec::default(),
+                mtime: Timespec { sec: 1, nsec: 0 },
+                set_at: Timespec::default(),
+            });
+            assert_eq!(times.unwrap_err(), Errno::EPERM, "times, {what}");
         }
         // CacheFlushReq is a client's request (dw_wait_sync_complete, sync_on_close),
         // but only with a defined scope.

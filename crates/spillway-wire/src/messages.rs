@@ -595,6 +595,25 @@ wire_struct!(
     /// (`dw_wait_sync_complete`, `sync_on_close`); `scope` from `flush_scope`.
     CacheFlushReq { ino: InodeNo, scope: u8 }
 );
+/// `CacheTimesReq::set` bits.
+pub mod times_set {
+    /// `atime` is set.
+    pub const ATIME: u8 = 1;
+    /// `mtime` is set.
+    pub const MTIME: u8 = 2;
+    /// Not a time set: a write came after the times kept, and `mtime` is the time the
+    /// namespace server shows for it.
+    pub const VOID: u8 = 4;
+}
+wire_struct!(
+    /// Peer role only (the namespace server, at a SETATTR that sets times): times set
+    /// explicitly on a cached file (`set` from `times_set`; `set_at`: the namespace
+    /// server's clock then). A server holding writes of the file not yet on the PFS
+    /// keeps them (in its write-behind log) and leaves them on the PFS file after each
+    /// of its write-behinds, until a later write voids the mtime (docs/cache.md,
+    /// "File times"); a server holding none has nothing to do.
+    CacheTimesReq { ino: InodeNo, set: u8, atime: Timespec, mtime: Timespec, set_at: Timespec }
+);
 wire_struct!(
     /// Bytes of an instance's cached data not yet on the PFS, on this server.
     CacheStatusReply { dirty_bytes: u64, dirty_files: u64 }
@@ -1090,6 +1109,7 @@ calls! {
     // Not resent: a resent removal or rename would answer ENOENT for its own success.
     118 CacheRemoveReq -> RemoveEntryReply, false;
     119 CacheRenameReq -> RenameReply, false;
+    120 CacheTimesReq -> Empty, true;
 }
 
 impl Call for WriteReq {

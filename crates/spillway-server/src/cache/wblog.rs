@@ -9,8 +9,11 @@
 //! Format: a sequence of records, each
 //! `magic "SWBL" | kind u8 | payload length u24 | sequence u64 | payload | crc32c u32`
 //! (little-endian; the crc covers everything before it). Kinds: 1 dirty, 2 flushed,
-//! 3 dropped (unlink, truncate, a stale cache dropped at open). Payload: inode u64,
-//! stripe u64, offset u64, length u64, PFS version [u8; 32]. The first record that is
+//! 3 dropped (unlink, truncate, a stale cache dropped at open), 4 times (times set
+//! explicitly on a file with dirty ranges here, left on the PFS file after its
+//! write-behinds: `LogTimes`). Payload: inode u64, stripe u64, offset u64, length u64,
+//! PFS version [u8; 32]; for `times`, the same 64 bytes carry the times instead
+//! (`times_extent`). The first record that is
 //! short or fails its magic, kind, length or crc ends the log: it is a torn tail, whose
 //! write was never answered.
 //!
@@ -19,6 +22,7 @@
 //! written after the last sync).
 
 use super::ranges::RangeSet;
+use spillway_types::Timespec;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -39,6 +43,90 @@ pub(crate) enum Kind {
     Dirty = 1,
     Flushed = 2,
     Dropped = 3,
+    Times = 4,
+}
+
+/// Times set explicitly (utime, futimens) on a file while it had dirty ranges here:
+/// its write-behinds leave them on the PFS file (stripes/mtime.rs). `set_at` is the
+/// namespace server's clock when they were set; `void` says a write came here after
+/// them (in the log: a `dirty` record after the `times` record), so that the mtime is
+/// that write's again, as POSIX has it. An inode's times go with its last dirty range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LogTimes {
+    pub atime: Option<Timespec>,
+    pub mtime: Option<Timespec>,
+    pub set_at: Timespec,
+    pub void: bool,
+}
+
+impl From<&spillway_wire::CacheTimesReq> for LogTimes {
+    fn from(r: &spillway_wire::CacheTimesReq) -> LogTimes {
+        use spillway_wire::times_set;
+        LogTimes {
+            atime: (r.set & times_set::ATIME != 0).then_some(r.atime),
+            mtime: (r.set & (times_set::MTIME | times_set::VOID) != 0).then_some(r.mtime),
+            set_at: r.set_at,
+            void: r.set & times_set::VOID != 0,
+        }
+    }
+}
+
+impl LogTimes {
+    /// The request that gives these times to a server of the file (`void`: a write
+    /// came after the times set, and `mtime` is its time).
+    pub(crate) fn request(&self, ino: spillway_types::InodeNo) -> spillway_wire::CacheTimesReq {
+        use spillway_wire::times_set;
+        spillway_wire::CacheTimesReq {
+            ino,
+            set: [
+                (self.atime.is_some(), times_set::ATIME),
+                (self.mtime.is_some(), times_set::MTIME),
+                (self.void, times_set::VOID),
+            ]
+            .into_iter()
+            .filter(|&(on, _)| on)
+            .fold(0, |set, (_, bit)| set | bit),
+            atime: self.atime.unwrap_or_default(),
+            mtime: self.mtime.unwrap_or_default(),
+            set_at: self.set_at,
+        }
+    }
+}
+
+/// `LogTimes` in a record's fields: stripe = which are set (1 atime, 2 mtime), offset
+/// and length = `set_at` (seconds as u64 bits, nanoseconds), version = atime seconds
+/// (i64), atime nanoseconds (u32), mtime seconds, mtime nanoseconds, 8 zero bytes.
+pub(crate) fn times_extent(ino: u64, t: &LogTimes) -> Extent {
+    let mut version = [0u8; 32];
+    let a = t.atime.unwrap_or_default();
+    let m = t.mtime.unwrap_or_default();
+    version[..8].copy_from_slice(&a.sec.to_le_bytes());
+    version[8..12].copy_from_slice(&a.nsec.to_le_bytes());
+    version[12..20].copy_from_slice(&m.sec.to_le_bytes());
+    version[20..24].copy_from_slice(&m.nsec.to_le_bytes());
+    Extent {
+        ino,
+        stripe: u64::from(t.atime.is_some()) | (u64::from(t.mtime.is_some()) << 1),
+        offset: t.set_at.sec as u64,
+        len: u64::from(t.set_at.nsec),
+        version,
+    }
+}
+
+fn times_of_extent(e: &Extent) -> LogTimes {
+    let v = &e.version;
+    let i64_at = |at: usize| i64::from_le_bytes(v[at..at + 8].try_into().unwrap_or([0; 8]));
+    let u32_at = |at: usize| u32::from_le_bytes(v[at..at + 4].try_into().unwrap_or([0; 4]));
+    let ts = |sec, nsec: u32| Timespec {
+        sec,
+        nsec: nsec.min(999_999_999),
+    };
+    LogTimes {
+        atime: (e.stripe & 1 != 0).then(|| ts(i64_at(0), u32_at(8))),
+        mtime: (e.stripe & 2 != 0).then(|| ts(i64_at(12), u32_at(20))),
+        set_at: ts(e.offset as i64, u32::try_from(e.len).unwrap_or(0)),
+        void: false,
+    }
 }
 
 /// A byte range of one stripe.
@@ -62,6 +150,8 @@ pub(crate) struct Dirty {
 pub(crate) struct DirtyInode {
     pub version: Version,
     pub stripes: HashMap<u64, RangeSet>,
+    /// Times set explicitly since its last clean state.
+    pub times: Option<LogTimes>,
 }
 
 impl Dirty {
@@ -72,9 +162,20 @@ impl Dirty {
                 let i = self.inodes.entry(e.ino).or_insert_with(|| DirtyInode {
                     version: e.version,
                     stripes: HashMap::new(),
+                    times: None,
                 });
                 i.version = e.version;
                 i.stripes.entry(e.stripe).or_default().add(e.offset, end);
+                // A write after the times were set: its time is the mtime again.
+                if let Some(t) = &mut i.times {
+                    t.void = true;
+                }
+            }
+            Kind::Times => {
+                // Only a file with dirty ranges keeps them (none: they are on the PFS).
+                if let Some(i) = self.inodes.get_mut(&e.ino) {
+                    i.times = Some(times_of_extent(e));
+                }
             }
             Kind::Flushed | Kind::Dropped => {
                 let Some(i) = self.inodes.get_mut(&e.ino) else {
@@ -134,6 +235,7 @@ fn decode(b: &[u8]) -> Option<(u64, Kind, Extent)> {
         1 => Kind::Dirty,
         2 => Kind::Flushed,
         3 => Kind::Dropped,
+        4 => Kind::Times,
         _ => return None,
     };
     let len = u32::from_le_bytes([r[5], r[6], r[7], 0]) as usize;
@@ -254,17 +356,24 @@ impl FileLog {
     }
 
     /// Rewrite the log at `path` as one `Dirty` record per live range (the flushed and
-    /// dropped history gone): written to `<path>.new`, synced, renamed over `path`,
-    /// and the directory synced. A crash at any point leaves either log, whole.
+    /// dropped history gone), and an inode's `Times` after them (followed by its first
+    /// `Dirty` record again when a write voided their mtime, so that the order says the
+    /// same): written to `<path>.new`, synced, renamed over `path`, and the directory
+    /// synced. A crash at any point leaves either log, whole.
     pub(crate) fn compact(path: &Path, log: WbLog<FileLog>) -> io::Result<WbLog<FileLog>> {
         let tmp = new_path(path);
         let mut out = Vec::new();
         let mut seq = log.next_seq;
+        let mut put = |kind: Kind, e: &Extent| {
+            out.extend_from_slice(&encode(seq, kind, e));
+            seq += 1;
+        };
         let mut inodes: Vec<_> = log.dirty.inodes.iter().collect();
         inodes.sort_unstable_by_key(|(ino, _)| **ino);
         for (&ino, i) in inodes {
             let mut stripes: Vec<_> = i.stripes.iter().collect();
             stripes.sort_unstable_by_key(|(k, _)| **k);
+            let mut first = None;
             for (&stripe, ranges) in stripes {
                 for (s, e) in ranges.iter() {
                     let ext = Extent {
@@ -274,8 +383,14 @@ impl FileLog {
                         len: e - s,
                         version: i.version,
                     };
-                    out.extend_from_slice(&encode(seq, Kind::Dirty, &ext));
-                    seq += 1;
+                    put(Kind::Dirty, &ext);
+                    first.get_or_insert(ext);
+                }
+            }
+            if let Some(t) = &i.times {
+                put(Kind::Times, &times_extent(ino, t));
+                if let (true, Some(ext)) = (t.void, &first) {
+                    put(Kind::Dirty, ext);
                 }
             }
         }

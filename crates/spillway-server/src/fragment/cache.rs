@@ -111,7 +111,22 @@ pub(crate) struct CacheState {
     /// Files whose last name went while open (namespace server): their cached data
     /// goes at their last close.
     unlinked: Mutex<HashSet<InodeNo>>,
+    /// Regular files whose times were set (namespace server, memory only): a write to
+    /// one of them afterwards is made known to its servers (`cache_written`).
+    timed: Mutex<Timed>,
 }
+
+/// The files whose times were set, at most `TIMED_KEPT`, the oldest forgotten first.
+#[derive(Default)]
+struct Timed {
+    set: HashSet<InodeNo>,
+    order: std::collections::VecDeque<InodeNo>,
+}
+
+/// Files whose times were set that the namespace server remembers. A file forgotten
+/// (or set before a restart of the namespace server) and written afterwards on some of
+/// its servers only may keep the time set as its mtime on the PFS.
+const TIMED_KEPT: usize = 1 << 16;
 
 impl CacheState {
     /// Open the cache state of fragment `dir`, if it is a cache.
@@ -183,6 +198,7 @@ impl CacheState {
             },
             reach,
             unlinked: Mutex::new(HashSet::new()),
+            timed: Mutex::new(Timed::default()),
         })
     }
 }
@@ -593,6 +609,93 @@ impl super::Fragment {
             self.cache_drop_everywhere(ino);
             if let Err(e) = ns.reap(ino) {
                 tracing::warn!(instance = self.config.instance, %ino, "removing a file unlinked while open: {e}");
+            }
+        }
+    }
+}
+
+impl super::Fragment {
+    /// Times set explicitly on `ino` (a SETATTR, on the namespace server), given to
+    /// every server of its layout before the namespace sets them on the PFS file: each
+    /// keeps them while it holds writes of the file not yet there, and leaves them on
+    /// the PFS file after its write-behinds (stripes/mtime.rs). Nothing for what is not
+    /// a regular file (no write-behind).
+    pub(crate) fn cache_times(
+        &self,
+        c: &CacheState,
+        ino: InodeNo,
+        times: &crate::cache::wblog::LogTimes,
+    ) -> StoreResult<()> {
+        let ns = c.ns.as_ref().ok_or(fs(Errno::ESTALE))?;
+        let a = ns.get_attr(ino)?;
+        if a.kind != spillway_types::FileKind::Regular {
+            return Ok(());
+        }
+        let req = times.request(ino);
+        let layout = self.layout(ino, a.stripe_size, a.stripe_width);
+        let servers = self.data_servers(&layout);
+        let results = self.on_servers(&servers, ino, &req, || {
+            c.stripes
+                .set_times(ino, *times)
+                .map(|()| spillway_wire::Empty {})
+                .map_err(StoreError::Io)
+        });
+        super::first_error(results)?;
+        if !times.void && times.mtime.is_some() {
+            let mut t = c.timed.lock().unwrap_or_else(|e| e.into_inner());
+            if t.set.insert(ino) {
+                t.order.push_back(ino);
+            }
+            while t.order.len() > TIMED_KEPT {
+                if let Some(old) = t.order.pop_front() {
+                    t.set.remove(&old);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A client wrote `ino` (its `ExtendSizeReq` with `touch`), and the mount shows
+    /// `mtime` for it now. If its mtime was set before, its servers learn that the
+    /// write voids it, on all of them, not only those the write reached: each leaves
+    /// this time after its write-behinds rather than the one set (stripes/mtime.rs),
+    /// and the PFS file takes it now. Best effort: a server not reached keeps the time
+    /// set (logged).
+    pub(crate) fn cache_written(
+        &self,
+        c: &CacheState,
+        ino: InodeNo,
+        mtime: spillway_types::Timespec,
+    ) {
+        let was_set = {
+            let mut t = c.timed.lock().unwrap_or_else(|e| e.into_inner());
+            let was = t.set.remove(&ino);
+            if was {
+                t.order.retain(|&i| i != ino);
+            }
+            was
+        };
+        if !was_set {
+            return;
+        }
+        let void = crate::cache::wblog::LogTimes {
+            atime: None,
+            mtime: Some(mtime),
+            set_at: mtime,
+            void: true,
+        };
+        // Failures are logged by `on_servers`.
+        let _ = self.cache_times(c, ino, &void);
+        // A server whose write-behind left the time set before it learnt of the write
+        // has forgotten it (clean since): the PFS file takes the write's time here, and
+        // the write-behinds still to come keep it (it is later than their writes).
+        if let Some(ns) = &c.ns {
+            let change = crate::meta::AttrChange {
+                mtime: Some(crate::meta::TimeChange::At(mtime)),
+                ..Default::default()
+            };
+            if let Err(e) = ns.set_attr(ino, &change) {
+                tracing::warn!(%ino, "the mtime of a write after a time set: {e}");
             }
         }
     }

@@ -7,12 +7,13 @@
 //! answers it.
 
 use crate::cache::pfsns::{By, PfsNamespace};
+use crate::cache::wblog::LogTimes;
 use crate::error::{fs, StoreError, StoreResult};
 use crate::fragment::cache::CacheState;
-use crate::meta::{AttrChange, NewNode, SizeChange};
+use crate::meta::{AttrChange, NewNode, SizeChange, TimeChange};
 use crate::service::convert;
 use crate::service::session::InstanceSession;
-use spillway_types::{Errno, FileKind};
+use spillway_types::{Errno, FileKind, Timespec};
 use spillway_wire::serve::Reply;
 use spillway_wire::{
     AttrReply, BytesReply, CacheAccessReply, CacheDropReply, CacheInodeReply, CacheResolveReply,
@@ -159,6 +160,10 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
         }
         Request::ExtendSizeReq(r) => {
             let (before, a) = ns()?.extend_size_from(r.ino, r.size, r.touch)?;
+            if r.touch {
+                // A write after times were set voids them (stripes/mtime.rs).
+                f.cache_written(c, r.ino, a.mtime);
+            }
             Reply::of(&ExtendSizeReply::of(before, a))
         }
         Request::SetLayoutReq(r) => {
@@ -320,6 +325,12 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
         | Request::CacheInodeReq(_)
         | Request::CacheDropReq(_) => return Err(fs(Errno::EPERM)),
         Request::CacheFlushReq(r) => f.cache_flush(c, r.ino, r.scope).map(|()| empty())?,
+        // Times set on a file, from the namespace server (stripes/mtime.rs).
+        Request::CacheTimesReq(r) if s.peer => {
+            c.stripes.set_times(r.ino, LogTimes::from(&r))?;
+            empty()
+        }
+        Request::CacheTimesReq(_) => return Err(fs(Errno::EPERM)),
         // Made load-balanced before it became a cache, or never (replicas.rs).
         Request::LdbalConfigReq(_) if s.peer => f.configure_ldbal().map(|()| empty())?,
         Request::LdbalConfigReq(_) => return Err(fs(Errno::EPERM)),
@@ -391,10 +402,13 @@ fn is_full_error(e: &StoreError) -> bool {
 
 /// SetAttr of a cached file: a size change cuts the cached stripes on every server
 /// first (so write-behind never writes bytes past the new size), then the PFS file.
-/// A change of times first writes the file's dirty ranges on every server of its
-/// layout to the PFS: a write-behind landing after the times were set would move the
-/// PFS file's mtime to its own time, and `tar -x`, `cp -p`, `rsync -a` would lose the
-/// times they set (issue 30, item 14; docs/cache.md "File times").
+/// A change of times is first given to every server of the file's layout, which keep
+/// it while they hold writes of the file not yet on the PFS and leave it on the PFS
+/// file after each write-behind of them (`CacheTimesReq`, stripes/mtime.rs), then set
+/// on the PFS file: a write-behind landing after the times were set would otherwise
+/// move the mtime to its own time, and `tar -x`, `cp -p`, `rsync -a` would lose the
+/// times they set (issue 30, item 14; docs/cache.md "File times"). "Now" is this
+/// server's clock, read once, so that the servers and the PFS keep the same time.
 fn set_attr(
     s: &InstanceSession,
     c: &CacheState,
@@ -402,6 +416,8 @@ fn set_attr(
     ch: &AttrChange,
     ino: spillway_types::InodeNo,
 ) -> StoreResult<spillway_types::Attr> {
+    let mut ch = *ch;
+    let ch = &mut ch;
     if let Some(SizeChange::Set(size)) = ch.size {
         let a = ns.get_attr(ino)?;
         if a.kind == FileKind::Regular {
@@ -409,9 +425,24 @@ fn set_attr(
         }
     }
     if ch.atime.is_some() || ch.mtime.is_some() {
-        // A no-op for what is not a regular file (cache_flush looks).
-        s.fragment
-            .cache_flush(c, ino, spillway_wire::flush_scope::FILE)?;
+        let now = Timespec::now();
+        let at = |t: &mut Option<TimeChange>| {
+            if let Some(TimeChange::Now) = t {
+                *t = Some(TimeChange::At(now));
+            }
+            match t {
+                Some(TimeChange::At(t)) => Some(*t),
+                _ => None,
+            }
+        };
+        let times = LogTimes {
+            atime: at(&mut ch.atime),
+            mtime: at(&mut ch.mtime),
+            set_at: now,
+            void: false,
+        };
+        // A no-op for what is not a regular file (cache_times looks).
+        s.fragment.cache_times(c, ino, &times)?;
     }
     ns.set_attr(ino, ch)
 }

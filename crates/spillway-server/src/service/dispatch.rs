@@ -193,7 +193,8 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
         | Request::CacheDropReq(_)
         | Request::CacheAccessReq(_)
         | Request::CacheRemoveReq(_)
-        | Request::CacheRenameReq(_) => return Err(fs(Errno::EOPNOTSUPP)),
+        | Request::CacheRenameReq(_)
+        | Request::CacheTimesReq(_) => return Err(fs(Errno::EOPNOTSUPP)),
         Request::CacheStatusReq(_) => Reply::of(&spillway_wire::CacheStatusReply {
             dirty_bytes: 0,
             dirty_files: 0,

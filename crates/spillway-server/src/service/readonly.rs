@@ -24,6 +24,7 @@ pub(super) fn changes(req: &Request) -> bool {
         | Request::RenameReq(_)
         | Request::CacheRemoveReq(_)
         | Request::CacheRenameReq(_)
+        | Request::CacheTimesReq(_)
         | Request::LinkCountReq(_)
         | Request::TouchDirReq(_)
         | Request::SealDirReq(_)

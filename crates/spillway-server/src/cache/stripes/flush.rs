@@ -17,7 +17,7 @@ use crate::cache::wblog::Kind;
 use crate::cache::PfsFiles;
 use crate::data::DataStore;
 use crate::error::{fs, StoreResult};
-use spillway_types::{Errno, InodeNo};
+use spillway_types::{Errno, InodeNo, Timespec};
 use std::time::{Duration, Instant};
 
 /// Dirty ranges closer than this are written as one, with the bytes between them:
@@ -142,10 +142,9 @@ impl CacheStripes {
         if snap.is_empty() {
             return Ok(Some(FlushStats::default()));
         }
-        // Read after the snapshot: a write landing meanwhile only makes it later, and
-        // that write's range stays dirty for the next flush anyway.
-        let wrote_at = self.state().inodes.get(&ino).and_then(|i| i.wrote_at);
-        let r = write_out(data, pfs, ino, &snap, wrote_at);
+        let r = write_out(data, pfs, ino, &snap, &|f, before| {
+            self.leave_times(ino, f, before);
+        });
         let ok = matches!(r, Ok(Some(_)));
         let left = match &r {
             Ok(Some((_, v))) => *v,
@@ -153,6 +152,34 @@ impl CacheStripes {
         };
         self.complete(ino, &snap, ok, left, started);
         r.map(|o| o.map(|(stats, _)| stats))
+    }
+
+    /// After a flush's writes to the PFS file `f` (whose mtime was `before` them): the
+    /// times it leaves there (mtime.rs), from the inode's state read after the writes
+    /// (a write landing meanwhile only makes `wrote_at` later, and its range stays dirty
+    /// for the next flush anyway). Times set explicitly while this ran are left too: the
+    /// namespace server sets them on the PFS only after this server has them, so a
+    /// time this flush left after that would undo them; it looks again until none came.
+    fn leave_times(&self, ino: InodeNo, f: &std::fs::File, before: Option<Timespec>) {
+        let mut left = None;
+        loop {
+            let (wrote, set, generation) = {
+                let st = self.state();
+                let i = st.inodes.get(&ino);
+                (
+                    i.and_then(|i| i.wrote_at),
+                    i.and_then(|i| i.times),
+                    i.map_or(0, |i| i.times_gen),
+                )
+            };
+            if left == Some(generation) {
+                return;
+            }
+            let (atime, mtime) =
+                super::mtime::times_to_leave(before, wrote, set.as_ref(), Timespec::now());
+            super::mtime::leave_times(f, ino, atime, mtime);
+            left = Some(generation);
+        }
     }
 
     /// The inode's dirty stripes, each now watched for writes (`touched`): those in
@@ -225,6 +252,10 @@ impl CacheStripes {
             }
             inode.retry = None;
             inode.recovered = false;
+            // Left on the PFS file by this flush, and no write here since: done.
+            if !inode.is_dirty() {
+                inode.times = None;
+            }
             // What is still dirty was written after `started`.
             inode.dirty_since = inode.is_dirty().then_some(started);
         } else {
@@ -351,15 +382,15 @@ pub(super) fn waiting(i: &Inode, policy: &FlushPolicy, now: Instant) -> bool {
     at.checked_add(wait).is_some_and(|t| now < t)
 }
 
-/// Write the snapshot's dirty ranges to the PFS file, give it back the mtime of the
-/// writes (`wrote_at`, mtime.rs), and fdatasync it; with what was written, the file's
-/// version after it (None if it could not be stat'ed).
+/// Write the snapshot's dirty ranges to the PFS file, have `times` leave its times
+/// (given the file and its mtime before the writes: mtime.rs), and fdatasync it; with
+/// what was written, the file's version after it (None if it could not be stat'ed).
 fn write_out(
     data: &DataStore,
     pfs: &dyn PfsFiles,
     ino: InodeNo,
     snap: &[Snap],
-    wrote_at: Option<spillway_types::Timespec>,
+    times: &dyn Fn(&std::fs::File, Option<Timespec>),
 ) -> StoreResult<Option<(FlushStats, Option<PfsVersion>)>> {
     let ss = u64::from(pfs.stripe_size(ino)?);
     if ss == 0 {
@@ -404,9 +435,7 @@ fn write_out(
         stats.writes += u64::from(!joined);
         stats.bytes += n;
     }
-    if let Some(w) = wrote_at {
-        super::mtime::keep_write_time(&f, ino, before, w);
-    }
+    times(&f, before);
     f.sync_data()?;
     Ok(Some((stats, PfsVersion::of_file(&f).ok())))
 }

@@ -11,7 +11,7 @@
 use super::state::{minus, State};
 use super::CacheStripes;
 use crate::cache::ranges::RangeSet;
-use crate::cache::wblog::{Extent, FileLog, Kind, WbLog};
+use crate::cache::wblog::{times_extent, Extent, FileLog, Kind, LogTimes, WbLog};
 use crate::error::StoreResult;
 use spillway_types::InodeNo;
 use std::fs::File;
@@ -70,6 +70,22 @@ impl LogState {
         stripe: u64,
         (s, e): (u64, u64),
     ) -> std::io::Result<u64> {
+        let ext = Extent {
+            ino,
+            stripe,
+            offset: s,
+            len: e - s,
+            version: VERSION,
+        };
+        self.record_extent(kind, &ext)
+    }
+
+    /// Times set explicitly on `ino` (a `Times` record).
+    fn record_times(&mut self, ino: u64, t: &LogTimes) -> std::io::Result<u64> {
+        self.record_extent(Kind::Times, &times_extent(ino, t))
+    }
+
+    fn record_extent(&mut self, kind: Kind, ext: &Extent) -> std::io::Result<u64> {
         if self.broken {
             return Err(std::io::Error::other(
                 "the write-behind log failed earlier and is not repaired yet",
@@ -79,14 +95,7 @@ impl LogState {
             .log
             .as_mut()
             .ok_or_else(|| std::io::Error::other("the write-behind log could not be reopened"))?;
-        let ext = Extent {
-            ino,
-            stripe,
-            offset: s,
-            len: e - s,
-            version: VERSION,
-        };
-        match log.record(kind, &ext) {
+        match log.record(kind, ext) {
             Ok(seq) => {
                 self.last_seq = seq;
                 Ok(seq)
@@ -134,6 +143,17 @@ impl CacheStripes {
     /// Make the log durable up to the last record of `ino` (the caller has synced the
     /// inode's stripe files first: a `Dirty` record reaches the device with, or after,
     /// the bytes it names). Concurrent syncs share one fdatasync.
+    /// Append a `Times` record for `ino`.
+    pub(super) fn append_times(
+        &self,
+        last_seq: &mut u64,
+        ino: InodeNo,
+        t: &LogTimes,
+    ) -> std::io::Result<()> {
+        *last_seq = self.log().record_times(ino.0, t)?;
+        Ok(())
+    }
+
     pub(crate) fn sync(&self, ino: InodeNo) -> StoreResult<()> {
         let target = self.state().inodes.get(&ino).map_or(0, |i| i.last_seq);
         self.sync_upto(target)

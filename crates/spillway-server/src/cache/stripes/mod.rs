@@ -123,6 +123,8 @@ impl CacheStripes {
             let inode = state.inodes.entry(InodeNo(ino)).or_insert_with(|| Inode {
                 recovered: true,
                 dirty_since: Some(Instant::now()),
+                // Times set before the restart: its write-behind leaves them.
+                times: d.times,
                 ..Inode::default()
             });
             for (&k, ranges) in &d.stripes {

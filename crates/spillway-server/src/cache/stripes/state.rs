@@ -8,6 +8,7 @@
 
 use crate::cache::coherence::PfsVersion;
 use crate::cache::ranges::RangeSet;
+use crate::cache::wblog::LogTimes;
 use spillway_types::{InodeNo, Timespec};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -101,6 +102,11 @@ pub(super) struct Inode {
     /// The wall-clock time of its last write absorbed here: the mtime its write-behind
     /// leaves on the PFS file (mtime.rs), not the time of the write-behind itself.
     pub wrote_at: Option<Timespec>,
+    /// Times set explicitly on the file while it was dirty here (`CacheTimesReq`): its
+    /// write-behinds leave them on the PFS file (mtime.rs). Gone when it is clean.
+    pub times: Option<LogTimes>,
+    /// Counts the times set here: a write-behind that left older ones looks again.
+    pub times_gen: u64,
 }
 
 impl Inode {

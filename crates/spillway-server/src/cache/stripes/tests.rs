@@ -1213,3 +1213,70 @@ fn write_behind_leaves_the_write_s_time_as_the_mtime() {
         Some(pfs_version(&r, a))
     );
 }
+
+fn pfs_times(r: &Rig, ino: InodeNo) -> (spillway_types::Timespec, spillway_types::Timespec) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(r.pfs.path(ino)).unwrap();
+    let t = |sec, nsec: i64| spillway_types::Timespec {
+        sec,
+        nsec: nsec as u32,
+    };
+    (t(m.atime(), m.atime_nsec()), t(m.mtime(), m.mtime_nsec()))
+}
+
+/// Times set on a dirty file (`tar -x`'s futimens) are what its write-behind leaves on
+/// the PFS file, also after a restart (kill -9) before it; a clean file takes none (the
+/// namespace server set them on the PFS itself); a write after them voids the mtime,
+/// and its write-behind leaves the write's time (the atime set stays).
+#[test]
+fn times_set_on_a_dirty_file_are_left_by_its_write_behind() {
+    use crate::cache::wblog::LogTimes;
+    use spillway_types::Timespec;
+    let r = rig(64 << 10, 64 * MIB, MIB);
+    let (a, b, clean) = (InodeNo(103), InodeNo(104), InodeNo(105));
+    for ino in [a, b, clean] {
+        r.set_pfs(ino, &[1; 10]);
+    }
+    r.write(a, 0, &[2; 150_000]);
+    r.write(b, 0, &[3; 1000]);
+    let set = LogTimes {
+        atime: Some(Timespec {
+            sec: 1_000,
+            nsec: 5,
+        }),
+        mtime: Some(Timespec {
+            sec: 1_234_567_890,
+            nsec: 123_456_789,
+        }),
+        set_at: Timespec::now(),
+        void: false,
+    };
+    for ino in [a, b, clean] {
+        r.c.set_times(ino, set).unwrap();
+    }
+    let kept = |ino| {
+        r.c.state()
+            .inodes
+            .get(&ino)
+            .is_some_and(|i| i.times.is_some())
+    };
+    assert!(!kept(clean));
+    let r = r.restart();
+    r.flush(a);
+    // Before reading it: a read moves an atime older than the mtime (relatime).
+    assert_eq!(pfs_times(&r, a), (set.atime.unwrap(), set.mtime.unwrap()));
+    assert_eq!(r.pfs_bytes(a), vec![2; 150_000]);
+    assert!(r.c.state().inodes.get(&a).is_none_or(|i| i.times.is_none()));
+    // b: written again after its times were set.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let before = Timespec::now();
+    r.write(b, 500, &[4; 100]);
+    let after = Timespec::now();
+    r.flush(b);
+    let (atime, mtime) = pfs_times(&r, b);
+    assert_eq!(atime, set.atime.unwrap());
+    assert!(
+        before <= mtime && mtime <= after,
+        "{mtime:?} not in {before:?}..{after:?}"
+    );
+}

@@ -110,6 +110,11 @@ impl CacheStripes {
                     inode.dirty_since = Some(Instant::now());
                 }
                 inode.wrote_at = Some(Timespec::now());
+                // POSIX: a write after times were set moves the mtime again (its
+                // `Dirty` record, after their `Times` record, says so in the log).
+                if let Some(t) = &mut inode.times {
+                    t.void = true;
+                }
                 self.append(&mut inode.last_seq, Kind::Dirty, ino, stripe, (s, end))
                     .map_err(|err| {
                         // The range stays dirty here and is written behind, but a

@@ -234,3 +234,55 @@ proptest! {
         prop_assert!(!splice || r.valid_len >= RECORD);
     }
 }
+
+fn ts(sec: i64, nsec: u32) -> Timespec {
+    Timespec { sec, nsec }
+}
+
+/// Times set on a dirty file are recovered with it (both, one, negative seconds); a
+/// write after them voids the mtime; they go with the file's last dirty range; and a
+/// compaction keeps all of that, the order of `Times` and `Dirty` records included.
+#[test]
+fn times_set_on_a_dirty_file_survive_recovery_and_compaction() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("writeback.log");
+    let set = LogTimes {
+        atime: Some(ts(-5, 7)),
+        mtime: Some(ts(1_234_567_890, 123_456_789)),
+        set_at: ts(1_700_000_000, 999_999_999),
+        void: false,
+    };
+    let mtime_only = LogTimes { atime: None, ..set };
+    let mut log = FileLog::open(&path).unwrap();
+    // Not dirty: nothing to keep (the times are on the PFS file already).
+    log.record(Kind::Times, &times_extent(1, &set)).unwrap();
+    for ino in [2, 3, 4] {
+        log.record(Kind::Dirty, &ext(ino, 0, 0, 100)).unwrap();
+    }
+    log.record(Kind::Times, &times_extent(2, &set)).unwrap();
+    log.record(Kind::Times, &times_extent(3, &mtime_only))
+        .unwrap();
+    log.record(Kind::Times, &times_extent(4, &set)).unwrap();
+    // 3: written after its times; 4: clean, then dirty again.
+    log.record(Kind::Dirty, &ext(3, 1, 0, 10)).unwrap();
+    log.record(Kind::Flushed, &ext(4, 0, 0, 100)).unwrap();
+    log.record(Kind::Dirty, &ext(4, 0, 0, 10)).unwrap();
+    let want = |d: &Dirty| {
+        assert!(!d.inodes.contains_key(&1));
+        assert_eq!(d.inodes[&2].times, Some(set));
+        let void = LogTimes {
+            void: true,
+            ..mtime_only
+        };
+        assert_eq!(d.inodes[&3].times, Some(void));
+        assert_eq!(d.inodes[&4].times, None);
+    };
+    want(log.dirty());
+    drop(log);
+    let log = FileLog::open(&path).unwrap();
+    want(log.dirty());
+    let log = FileLog::compact(&path, log).unwrap();
+    want(log.dirty());
+    drop(log);
+    want(FileLog::open(&path).unwrap().dirty());
+}
