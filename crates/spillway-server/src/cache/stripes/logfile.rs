@@ -134,8 +134,25 @@ impl CacheStripes {
     /// Make the log durable up to the last record of `ino` (the caller has synced the
     /// inode's stripe files first: a `Dirty` record reaches the device with, or after,
     /// the bytes it names). Concurrent syncs share one fdatasync.
+    /// Bytes a stream wrote straight to the PFS file are synced there first.
     pub(crate) fn sync(&self, ino: InodeNo) -> StoreResult<()> {
-        let target = self.state().inodes.get(&ino).map_or(0, |i| i.last_seq);
+        self.sync_stream(ino)?;
+        let target = {
+            let mut st = self.state();
+            match st.inodes.get_mut(&ino) {
+                Some(i) => {
+                    if !i.synced_after_write && i.last_write.is_some() {
+                        // A random writer's burst ends here: its backlog is due now.
+                        i.synced_after_write = true;
+                        if super::flush::many_ranges(i) {
+                            self.kick.ring();
+                        }
+                    }
+                    i.last_seq
+                }
+                None => 0,
+            }
+        };
         self.sync_upto(target)
     }
 

@@ -101,6 +101,18 @@ pub(super) struct Inode {
     /// The wall-clock time of its last write absorbed here: the mtime its write-behind
     /// leaves on the PFS file (mtime.rs), not the time of the write-behind itself.
     pub wrote_at: Option<Timespec>,
+    /// When its last write was absorbed here (a random writer is written behind once
+    /// it pauses, flush.rs).
+    pub last_write: Option<Instant>,
+    /// An fsync came after its last write: a random writer's burst is over.
+    pub synced_after_write: bool,
+    /// Stream writes going straight to the PFS file now (stream.rs).
+    pub bypassing: u32,
+    /// Some of its writes went straight to the PFS file: its flushes join no gaps
+    /// (the bytes between two dirty ranges may be on their way there).
+    pub streamed: bool,
+    /// A flush that joins gaps runs: no write bypasses the cache meanwhile.
+    pub joining: bool,
 }
 
 impl Inode {
@@ -114,13 +126,19 @@ impl Inode {
 
     /// Nothing worth keeping: no stripe known, nothing running or owed.
     pub(super) fn forgettable(&self) -> bool {
-        self.stripes.is_empty() && !self.owned && !self.blocked && self.retry.is_none()
+        self.stripes.is_empty()
+            && !self.owned
+            && !self.blocked
+            && self.retry.is_none()
+            && self.bypassing == 0
     }
 }
 
 #[derive(Default)]
 pub(super) struct State {
     pub inodes: HashMap<InodeNo, Inode>,
+    /// Sequential writers, per inode (stream.rs).
+    pub streams: HashMap<InodeNo, super::stream::Stream>,
     next_id: u64,
     clock: u64,
 }
