@@ -108,8 +108,8 @@ pub(super) struct Inode {
     pub synced_after_write: bool,
     /// Stream writes going straight to the PFS file now (stream.rs).
     pub bypassing: u32,
-    /// Some of its writes went straight to the PFS file: its flushes join no gaps
-    /// (the bytes between two dirty ranges may be on their way there).
+    /// Its writes made a stream here (stream.rs): its flushes join no gaps (the bytes
+    /// between two dirty ranges may be on their way to the PFS file).
     pub streamed: bool,
     /// A flush that joins gaps runs: no write bypasses the cache meanwhile.
     pub joining: bool,

@@ -102,8 +102,17 @@ impl CacheStripes {
         }
         let file = {
             let mut st = self.state();
-            let streamed = st.streams.entry(ino).or_default().count(k, s, e);
+            let x = st.streams.entry(ino).or_default();
+            let streamed = x.count(k, s, e);
+            let is_stream = x.run >= STREAM_RUN && !x.off;
             let i = st.inodes.entry(ino).or_default();
+            if is_stream {
+                // From now on its flushes join no gaps, so none of them holds the
+                // bypass off (a flush that joins gaps would; under a stream the next
+                // one would start as soon as it ended, each absorbing what the stream
+                // wrote meanwhile).
+                i.streamed = true;
+            }
             let dirty_here = i.stripes.get(&k).is_some_and(|x| overlaps(&x.dirty, s, e));
             if !streamed || i.joining || i.blocked || dirty_here {
                 return None;

@@ -1399,3 +1399,28 @@ fn a_random_writer_is_written_behind_once_it_pauses() {
     assert_eq!(r.c.flush_pass(&r.data, &r.pfs, &policy).flushed, 1);
     assert_eq!(r.c.dirty_bytes(), 0);
 }
+
+#[test]
+fn the_write_behind_of_a_stream_s_start_does_not_hold_its_bypass_off() {
+    // The run's first MiB is absorbed and written behind at once; writes that land
+    // during that flush are bypassed: a flush that held them off would leave them
+    // dirty for the next, and under a stream the next starts as soon as it ends.
+    let r = rig(8 << 20, 64 << 20, 0);
+    let ino = InodeNo(47);
+    r.set_pfs(ino, b"");
+    let bytes = Rng(47).bytes(3 << 20);
+    assert_eq!(r.write_req(ino, 0, &bytes[..1 << 20], 1 << 20), 0);
+    let (entered_tx, entered) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *r.pfs.gate.lock().unwrap() = Some((entered_tx, go_rx));
+    std::thread::scope(|s| {
+        let h = s.spawn(|| r.c.flush_inode(&r.data, &r.pfs, ino));
+        entered.recv().unwrap();
+        assert_eq!(r.write_req(ino, MIB, &bytes[1 << 20..], 1 << 20), 2 * MIB);
+        go.send(()).unwrap();
+        h.join().unwrap().unwrap();
+    });
+    assert_eq!(r.c.dirty_bytes(), 0);
+    assert_eq!(r.pfs_bytes(ino), bytes);
+    assert_eq!(r.read(ino, 0, bytes.len()), bytes);
+}
