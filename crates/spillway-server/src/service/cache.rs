@@ -219,7 +219,7 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
             };
             if r.sync {
                 f.data.sync(r.ino)?;
-                c.stripes.sync(r.ino)?;
+                c.stripes.sync(&f.resolving(c), r.ino)?;
             }
             s.write_reply(written)
         }
@@ -260,7 +260,7 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
         }
         Request::SyncDataReq(r) => {
             f.data.sync(r.ino)?;
-            c.stripes.sync(r.ino)?;
+            c.stripes.sync(&f.resolving(c), r.ino)?;
             // `sync_to_pfs` is the client's next call (`CacheFlushReq` ON_FSYNC to the
             // namespace server, which asks every server of the layout).
             empty()

@@ -59,7 +59,7 @@ impl CacheStripes {
             return Ok(false);
         }
         // The PFS file may be another one now: a stream reopens it.
-        self.end_stream(ino, &owned);
+        self.end_stream(ino, &owned, true);
         let r = data.delete(ino);
         if let Some(i) = self.state().inodes.get_mut(&ino) {
             // Even if the delete failed half-way: what is left is not known present,

@@ -111,7 +111,7 @@ impl CacheStripes {
         let r = self.flush_owned(data, pfs, ino, owned);
         let stats = self.unless_gone(data, ino, r)?;
         // Asked for by fsync or close (or teardown): bypassed bytes too (stream.rs).
-        self.sync_stream(ino)?;
+        self.sync_stream(pfs, ino)?;
         Ok(stats)
     }
 

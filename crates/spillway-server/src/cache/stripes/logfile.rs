@@ -135,8 +135,8 @@ impl CacheStripes {
     /// inode's stripe files first: a `Dirty` record reaches the device with, or after,
     /// the bytes it names). Concurrent syncs share one fdatasync.
     /// Bytes a stream wrote straight to the PFS file are synced there first.
-    pub(crate) fn sync(&self, ino: InodeNo) -> StoreResult<()> {
-        self.sync_stream(ino)?;
+    pub(crate) fn sync(&self, pfs: &dyn crate::cache::PfsFiles, ino: InodeNo) -> StoreResult<()> {
+        self.sync_stream(pfs, ino)?;
         let target = {
             let mut st = self.state();
             match st.inodes.get_mut(&ino) {

@@ -15,6 +15,8 @@
 //!   flush that joins gaps (bytes between two dirty ranges, from the stripe file or
 //!   zeros) runs, no write is bypassed; once a file has been bypassed, its flushes join
 //!   no gaps.
+//! * The PFS file is opened for each bypass and closed after it (a file held open for
+//!   writing would keep the PFS from being remounted read-only, or unmounted).
 //! * Durability: the bytes are in the PFS file's page cache when the write is
 //!   answered (they survive a kill -9 of the server, as absorbed ones do); `sync` (an
 //!   fsync through the mount) fdatasyncs the PFS file when a bypass wrote since its
@@ -33,8 +35,6 @@ use crate::cache::coherence::PfsVersion;
 use crate::cache::PfsFiles;
 use crate::error::StoreResult;
 use spillway_types::{InodeNo, Timespec};
-use std::fs::File;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// A run of sequential writes this long (here) makes a stream: its next writes are
@@ -56,8 +56,6 @@ pub(crate) struct Stream {
     run: u64,
     /// A bypass of this run failed: the run's writes are absorbed.
     off: bool,
-    /// The PFS file, open for writing, while the inode is streamed.
-    file: Option<Arc<File>>,
     /// A bypass wrote since the last fdatasync of `file`.
     pub(super) unsynced: bool,
 }
@@ -100,7 +98,7 @@ impl CacheStripes {
         if e - s != u64::from(len) || len == 0 {
             return None;
         }
-        let file = {
+        {
             let mut st = self.state();
             let x = st.streams.entry(ino).or_default();
             let streamed = x.count(k, s, e);
@@ -119,14 +117,12 @@ impl CacheStripes {
             }
             i.bypassing += 1;
             i.streamed = true;
-            st.streams.get(&ino).and_then(|x| x.file.clone())
         };
-        let r = self.bypass_write(pfs, ino, k, s, file, bytes);
+        let r = self.bypass_write(pfs, ino, k, s, bytes);
         let mut st = self.state();
         let stream = st.streams.entry(ino).or_default();
         let version = match r {
-            Ok((f, v)) => {
-                stream.file = Some(f);
+            Ok(v) => {
                 stream.unsynced = true;
                 Some(v)
             }
@@ -164,17 +160,16 @@ impl CacheStripes {
         Some(len)
     }
 
-    /// The PFS side of a bypass: the file (opened now if the stream had none), written
-    /// at the write's place, and its version after it.
+    /// The PFS side of a bypass: the file opened, written at the write's place, and
+    /// its version after it.
     fn bypass_write(
         &self,
         pfs: &dyn PfsFiles,
         ino: InodeNo,
         k: u64,
         s: u64,
-        file: Option<Arc<File>>,
         bytes: &[u8],
-    ) -> StoreResult<(Arc<File>, Option<PfsVersion>)> {
+    ) -> StoreResult<Option<PfsVersion>> {
         use crate::error::fs;
         use spillway_types::Errno;
         use std::os::unix::fs::FileExt;
@@ -184,47 +179,52 @@ impl CacheStripes {
             .and_then(|b| b.checked_add(s))
             .filter(|_| ss > 0)
             .ok_or(fs(Errno::EFBIG))?;
-        let f = match file {
-            Some(f) => f,
-            None => Arc::new(pfs.open_write(ino)?.ok_or(fs(Errno::ENOENT))?),
-        };
+        let f = pfs.open_write(ino)?.ok_or(fs(Errno::ENOENT))?;
         f.write_all_at(bytes, at)?;
-        let v = PfsVersion::of_file(&f).ok();
-        Ok((f, v))
+        Ok(PfsVersion::of_file(&f).ok())
     }
 
     /// fdatasync the PFS file of `ino` if a bypass wrote to it since the last one: the
     /// part of `sync` (and of a flush asked for by fsync or close) for bypassed bytes.
-    pub(super) fn sync_stream(&self, ino: InodeNo) -> StoreResult<()> {
-        let file = {
+    pub(super) fn sync_stream(&self, pfs: &dyn PfsFiles, ino: InodeNo) -> StoreResult<()> {
+        {
             let mut st = self.state();
             match st.streams.get_mut(&ino) {
-                Some(x) if x.unsynced => {
-                    // Cleared first: a bypass that ends meanwhile sets it again.
-                    x.unsynced = false;
-                    x.file.clone()
-                }
-                _ => None,
+                // Cleared first: a bypass that ends meanwhile sets it again.
+                Some(x) if x.unsynced => x.unsynced = false,
+                _ => return Ok(()),
             }
+        }
+        // Gone from the PFS: nothing of it to sync.
+        let r = match pfs.open_write(ino) {
+            Ok(Some(f)) => f.sync_data().map_err(Into::into),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
         };
-        let Some(f) = file else { return Ok(()) };
-        let r = f.sync_data();
         if r.is_err() {
             if let Some(x) = self.state().streams.get_mut(&ino) {
                 x.unsynced = true;
             }
         }
-        Ok(r?)
+        r
     }
 
     /// The inode's stream ends (truncate, delete, a drop of its copy): a new run
-    /// starts from nothing, and the PFS file is reopened for it (the file may be
-    /// another one by then). Bypassed bytes not yet synced are synced first, so a
-    /// later fsync owes nothing to a file no longer known.
-    pub(super) fn end_stream(&self, ino: InodeNo, _owned: &Owned<'_>) {
-        if let Err(e) = self.sync_stream(ino) {
-            tracing::warn!("inode {:#x}: syncing a stream's PFS file: {e}", ino.0);
+    /// starts from nothing. After a truncate, bypassed bytes not yet synced stay owed
+    /// to the next fsync; after a delete or a drop (the PFS file changed from outside)
+    /// nothing is.
+    pub(super) fn end_stream(&self, ino: InodeNo, _owned: &Owned<'_>, gone: bool) {
+        let mut st = self.state();
+        match st.streams.get_mut(&ino) {
+            Some(x) if x.unsynced && !gone => {
+                *x = Stream {
+                    unsynced: true,
+                    ..Stream::default()
+                }
+            }
+            _ => {
+                st.streams.remove(&ino);
+            }
         }
-        self.state().streams.remove(&ino);
     }
 }
