@@ -209,13 +209,25 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
         Request::Write(r, bulk) => {
             let data = bulk.data();
             let len = u32::try_from(data.len()).map_err(|_| fs(Errno::EINVAL))?;
-            let guard = c.stripes.begin_write(r.ino, r.stripe, r.offset, len);
-            let written = write_with_room(f, c, s, &r, data);
-            guard.finish(&written)?;
-            let written = written?;
+            let mut guard = c.stripes.begin_write(r.ino, r.stripe, r.offset, len);
+            // A stream's write goes straight to the PFS file (stripes/stream.rs); the
+            // space the client charged for it is not taken here.
+            let written = match c.stripes.try_bypass(&f.resolving(c), &mut guard, data) {
+                Some(n) => {
+                    f.data
+                        .release_grant(&s.grant, r.grant_epoch, u64::from(r.charged));
+                    drop(guard);
+                    n
+                }
+                None => {
+                    let written = write_with_room(f, c, s, &r, data);
+                    guard.finish(&written)?;
+                    written?
+                }
+            };
             if r.sync {
                 f.data.sync(r.ino)?;
-                c.stripes.sync(r.ino)?;
+                c.stripes.sync(&f.resolving(c), r.ino)?;
             }
             s.write_reply(written)
         }
@@ -256,7 +268,7 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
         }
         Request::SyncDataReq(r) => {
             f.data.sync(r.ino)?;
-            c.stripes.sync(r.ino)?;
+            c.stripes.sync(&f.resolving(c), r.ino)?;
             // `sync_to_pfs` is the client's next call (`CacheFlushReq` ON_FSYNC to the
             // namespace server, which asks every server of the layout).
             empty()

@@ -402,8 +402,15 @@ impl PfsNamespace {
     pub(crate) fn get_attr(&self, ino: InodeNo) -> StoreResult<Attr> {
         match self.inode(ino) {
             Ok(o) => self.opened_attr(ino, &o),
+            // Directories only: a file whose last name went is ESTALE, on which the
+            // kernel walks the path again (an open unlinked file keeps a hidden name).
             Err(crate::error::StoreError::Fs(e @ (Errno::ESTALE | Errno::ENOENT))) => {
-                lock(&self.memory).gone.get(&ino).cloned().ok_or(fs(e))
+                lock(&self.memory)
+                    .gone
+                    .get(&ino)
+                    .filter(|a| a.kind == FileKind::Directory)
+                    .cloned()
+                    .ok_or(fs(e))
             }
             Err(e) => Err(e),
         }

@@ -17,7 +17,7 @@ impl CacheStripes {
             Some(i) => InodeStatus {
                 cached: !i.stripes.is_empty(),
                 dirty: i.is_dirty(),
-                busy: i.owned,
+                busy: i.owned || i.bypassing > 0,
                 flushed: i.flushed,
             },
             None => InodeStatus::default(),
@@ -58,6 +58,8 @@ impl CacheStripes {
             // A write that ended meanwhile: it wins (dropping `owned` unblocks).
             return Ok(false);
         }
+        // The PFS file may be another one now: a stream reopens it.
+        self.end_stream(ino, &owned, true);
         let r = data.delete(ino);
         if let Some(i) = self.state().inodes.get_mut(&ino) {
             // Even if the delete failed half-way: what is left is not known present,

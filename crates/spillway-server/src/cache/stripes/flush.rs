@@ -10,6 +10,7 @@
 
 use super::logfile::COMPACT_MIN;
 use super::state::{clip, covers, minus, Inode};
+use super::stream::STREAM_RUN;
 use super::{CacheStripes, Owned};
 use crate::cache::coherence::PfsVersion;
 use crate::cache::ranges::RangeSet;
@@ -27,16 +28,17 @@ use std::time::{Duration, Instant};
 /// application made).
 const GAP: u64 = 64 << 10;
 
-/// A file with a dirty range this long is being streamed: it is written behind at
-/// once, at the PFS's pace, rather than after the age or size threshold, so that a
-/// stream reaches the PFS about when it would have written directly.
-pub(super) const STREAM_RUN: u64 = 1 << 20;
-
-/// A file with this many dirty ranges here is written behind at once: a PFS counts
-/// operations as well as bytes, and a random writer's backlog in operations grows long
-/// before its bytes reach the threshold or its age the maximum; started early, the
-/// write-behind overlaps the writer instead of following it.
+/// A file with this many dirty ranges here is written behind as soon as its writer
+/// pauses (`QUIET`, or an fsync after its last write): a PFS counts operations as well
+/// as bytes, and a random writer's backlog in operations grows long before its bytes
+/// reach the threshold or its age the maximum. Not while it writes: a write-behind
+/// under a random writer takes the disk and CPU the writer is absorbed with (on one
+/// machine the application ran at half its speed), and writes fewer, larger merged
+/// ranges once the writer has paused.
 const MANY_RANGES: usize = 1024;
+
+/// How long a random writer has not written when its backlog is written behind.
+const QUIET: Duration = Duration::from_millis(300);
 
 /// When write-behind starts for an inode (docs/cache.md, "Policies and paths").
 #[derive(Clone, Debug)]
@@ -92,6 +94,8 @@ struct Snap {
     stripe: u64,
     dirty: RangeSet,
     present: RangeSet,
+    /// Gaps may be joined (no write bypasses the cache while the flush runs).
+    join: bool,
 }
 
 impl CacheStripes {
@@ -105,7 +109,10 @@ impl CacheStripes {
     ) -> StoreResult<FlushStats> {
         let owned = self.own(ino);
         let r = self.flush_owned(data, pfs, ino, owned);
-        self.unless_gone(data, ino, r)
+        let stats = self.unless_gone(data, ino, r)?;
+        // Asked for by fsync or close (or teardown): bypassed bytes too (stream.rs).
+        self.sync_stream(pfs, ino)?;
+        Ok(stats)
     }
 
     /// The outcome of a flush whose ownership has ended: a file gone from the PFS
@@ -189,6 +196,10 @@ impl CacheStripes {
         let Some(inode) = st.inodes.get_mut(&ino) else {
             return Vec::new();
         };
+        // A streamed file's flush joins no gaps: bypassed bytes may be on their way
+        // to them (stream.rs). Otherwise no write bypasses while this flush runs.
+        let join = !inode.streamed && inode.bypassing == 0;
+        inode.joining = join;
         let mut snap = Vec::new();
         for (&k, s) in inode.stripes.iter_mut() {
             if s.dirty.is_empty() {
@@ -202,7 +213,12 @@ impl CacheStripes {
             snap.push(Snap {
                 stripe: k,
                 dirty: s.dirty.clone(),
-                present: s.present.clone(),
+                present: if join {
+                    s.present.clone()
+                } else {
+                    RangeSet::default()
+                },
+                join,
             });
         }
         snap
@@ -223,6 +239,7 @@ impl CacheStripes {
         let Some(inode) = st.inodes.get_mut(&ino) else {
             return;
         };
+        inode.joining = false;
         for sn in snap {
             let Some(k) = inode.stripes.get_mut(&sn.stripe) else {
                 continue;
@@ -296,7 +313,9 @@ impl CacheStripes {
                 let old = i.recovered
                     || i.dirty_since
                         .is_some_and(|t| now.duration_since(t) >= policy.max_age);
-                let busy = streamed(i) || ranges(i) >= MANY_RANGES;
+                let paused = i.synced_after_write
+                    || i.last_write.is_some_and(|t| now.duration_since(t) >= QUIET);
+                let busy = streamed(i) || (ranges(i) >= MANY_RANGES && paused);
                 if pressed || old || bytes > policy.modified_threshold || busy {
                     // Recovered first, then oldest first.
                     due.push((!i.recovered, i.dirty_since, ino));
@@ -367,6 +386,12 @@ fn ranges(i: &Inode) -> usize {
     i.stripes.values().map(|s| s.dirty.iter().count()).sum()
 }
 
+/// Whether the inode's writer is a random writer whose backlog is written behind
+/// once it pauses (`MANY_RANGES`).
+pub(super) fn many_ranges(i: &Inode) -> bool {
+    ranges(i) >= MANY_RANGES
+}
+
 /// Whether the inode is waiting out the backoff of a failed flush.
 pub(super) fn waiting(i: &Inode, policy: &FlushPolicy, now: Instant) -> bool {
     let Some((at, failures)) = i.retry else {
@@ -403,6 +428,7 @@ fn write_out(
     let mut stats = FlushStats::default();
     // Where the previous write ended, in the PFS file, if it was in the same stripe.
     let mut last: Option<(u64, u64)> = None;
+    let join = snap.iter().all(|s| s.join);
     for (k, s, e) in plan(snap) {
         let at = k
             .checked_mul(ss)
@@ -410,7 +436,8 @@ fn write_out(
             .ok_or(fs(Errno::EFBIG))?;
         let joined = match last {
             Some((lk, end))
-                if lk == k
+                if join
+                    && lk == k
                     && at.checked_sub(end).is_some_and(|g| g < GAP)
                     && pfs_hole(&f, end, at) =>
             {
@@ -475,7 +502,7 @@ fn plan(snap: &[Snap]) -> Vec<(u64, u64, u64)> {
         let mut cur: Option<(u64, u64)> = None;
         for (s, e) in sn.dirty.iter() {
             cur = match cur {
-                Some((a, b)) if s - b < GAP && covers(&sn.present, b, s) => Some((a, e)),
+                Some((a, b)) if sn.join && s - b < GAP && covers(&sn.present, b, s) => Some((a, e)),
                 Some(run) => {
                     out.push((sn.stripe, run.0, run.1));
                     Some((s, e))
@@ -509,6 +536,7 @@ mod tests {
                 stripe: 3,
                 dirty: set(&[(0, 10), (100, 200)]),
                 present: set(&[]),
+                join: true,
             },
             Snap {
                 stripe: 1,
@@ -519,6 +547,7 @@ mod tests {
                     (GAP + 500, GAP + 600),
                 ]),
                 present: set(&[(0, 200), (GAP + 300, GAP + 600)]),
+                join: true,
             },
         ];
         assert_eq!(

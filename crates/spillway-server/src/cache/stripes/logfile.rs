@@ -140,9 +140,6 @@ impl CacheStripes {
         Ok(())
     }
 
-    /// Make the log durable up to the last record of `ino` (the caller has synced the
-    /// inode's stripe files first: a `Dirty` record reaches the device with, or after,
-    /// the bytes it names). Concurrent syncs share one fdatasync.
     /// Append a `Times` record for `ino`.
     pub(super) fn append_times(
         &self,
@@ -154,8 +151,28 @@ impl CacheStripes {
         Ok(())
     }
 
-    pub(crate) fn sync(&self, ino: InodeNo) -> StoreResult<()> {
-        let target = self.state().inodes.get(&ino).map_or(0, |i| i.last_seq);
+    /// Make the log durable up to the last record of `ino` (the caller has synced the
+    /// inode's stripe files first: a `Dirty` record reaches the device with, or after,
+    /// the bytes it names). Concurrent syncs share one fdatasync.
+    /// Bytes a stream wrote straight to the PFS file are synced there first.
+    pub(crate) fn sync(&self, pfs: &dyn crate::cache::PfsFiles, ino: InodeNo) -> StoreResult<()> {
+        self.sync_stream(pfs, ino)?;
+        let target = {
+            let mut st = self.state();
+            match st.inodes.get_mut(&ino) {
+                Some(i) => {
+                    if !i.synced_after_write && i.last_write.is_some() {
+                        // A random writer's burst ends here: its backlog is due now.
+                        i.synced_after_write = true;
+                        if super::flush::many_ranges(i) {
+                            self.kick.ring();
+                        }
+                    }
+                    i.last_seq
+                }
+                None => 0,
+            }
+        };
         self.sync_upto(target)
     }
 

@@ -33,6 +33,7 @@ mod logfile;
 mod mtime;
 mod room;
 mod state;
+mod stream;
 mod truncate;
 mod write;
 
@@ -232,6 +233,7 @@ impl Drop for Owned<'_> {
         if let Some(i) = st.inodes.get_mut(&self.ino) {
             i.owned = false;
             i.blocked = false;
+            i.joining = false;
             for s in i.stripes.values_mut() {
                 s.touched = None;
             }

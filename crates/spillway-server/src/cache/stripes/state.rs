@@ -107,6 +107,18 @@ pub(super) struct Inode {
     pub times: Option<LogTimes>,
     /// Counts the times set here: a write-behind that left older ones looks again.
     pub times_gen: u64,
+    /// When its last write was absorbed here (a random writer is written behind once
+    /// it pauses, flush.rs).
+    pub last_write: Option<Instant>,
+    /// An fsync came after its last write: a random writer's burst is over.
+    pub synced_after_write: bool,
+    /// Stream writes going straight to the PFS file now (stream.rs).
+    pub bypassing: u32,
+    /// Its writes made a stream here (stream.rs): its flushes join no gaps (the bytes
+    /// between two dirty ranges may be on their way to the PFS file).
+    pub streamed: bool,
+    /// A flush that joins gaps runs: no write bypasses the cache meanwhile.
+    pub joining: bool,
 }
 
 impl Inode {
@@ -120,13 +132,19 @@ impl Inode {
 
     /// Nothing worth keeping: no stripe known, nothing running or owed.
     pub(super) fn forgettable(&self) -> bool {
-        self.stripes.is_empty() && !self.owned && !self.blocked && self.retry.is_none()
+        self.stripes.is_empty()
+            && !self.owned
+            && !self.blocked
+            && self.retry.is_none()
+            && self.bypassing == 0
     }
 }
 
 #[derive(Default)]
 pub(super) struct State {
     pub inodes: HashMap<InodeNo, Inode>,
+    /// Sequential writers, per inode (stream.rs).
+    pub streams: HashMap<InodeNo, super::stream::Stream>,
     next_id: u64,
     clock: u64,
 }

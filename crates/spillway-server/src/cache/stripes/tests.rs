@@ -940,7 +940,7 @@ fn syncs_share_fdatasyncs() {
                 for i in 0..50 {
                     r.write(ino, i * 10, &[t as u8; 10]);
                     r.data.sync(ino).unwrap();
-                    r.c.sync(ino).unwrap();
+                    r.c.sync(&r.pfs, ino).unwrap();
                 }
             });
         }
@@ -952,8 +952,8 @@ fn syncs_share_fdatasyncs() {
         last,
         "the last sync covered every record"
     );
-    r.c.sync(InodeNo(999)).unwrap();
-    r.c.sync(InodeNo(80)).unwrap();
+    r.c.sync(&r.pfs, InodeNo(999)).unwrap();
+    r.c.sync(&r.pfs, InodeNo(80)).unwrap();
 }
 
 #[test]
@@ -996,7 +996,7 @@ fn a_failed_log_append_is_repaired() {
     assert!(!r.c.log().broken);
     r.write(a, 9000, &[6; 10]);
     put(&mut model, 9000, &[6; 10]);
-    r.c.sync(a).unwrap();
+    r.c.sync(&r.pfs, a).unwrap();
     let dirty = r.c.dirty_bytes();
     let r = r.restart();
     assert_eq!(r.c.dirty_bytes(), dirty, "the log says what the state said");
@@ -1039,7 +1039,7 @@ fn compaction_keeps_the_dirty_set() {
     // Appends go on after the compaction, and a restart sees it all.
     r.write(a, 400_000, &[5; 10]);
     put(&mut model, 400_000, &[5; 10]);
-    r.c.sync(a).unwrap();
+    r.c.sync(&r.pfs, a).unwrap();
     let r = r.restart();
     assert_eq!(r.c.dirty_bytes(), dirty + 10);
     r.flush(a);
@@ -1279,4 +1279,216 @@ fn times_set_on_a_dirty_file_are_left_by_its_write_behind() {
         before <= mtime && mtime <= after,
         "{mtime:?} not in {before:?}..{after:?}"
     );
+}
+
+// ---- streams (stream.rs) and random writers' write-behind
+
+impl Rig {
+    /// Writes as the request path makes them: `chunk` bytes a request, cut at stripe
+    /// boundaries, each offered to the stream bypass first. The bytes bypassed.
+    fn write_req(&self, ino: InodeNo, off: u64, bytes: &[u8], chunk: usize) -> u64 {
+        let ss = self.ss();
+        let (mut done, mut bypassed) = (0, 0);
+        while done < bytes.len() {
+            let at = off + done as u64;
+            let (k, o) = (at / ss, at % ss);
+            let n = ((ss - o) as usize).min(bytes.len() - done).min(chunk);
+            let piece = &bytes[done..done + n];
+            let mut g = self.c.begin_write(ino, k, o as u32, n as u32);
+            if let Some(w) = self.c.try_bypass(&self.pfs, &mut g, piece) {
+                assert_eq!(w as usize, n);
+                bypassed += n as u64;
+            } else {
+                let r = self.data.write(ino, k, o as u32, piece);
+                g.finish(&r).unwrap();
+                assert_eq!(r.unwrap() as usize, n);
+            }
+            done += n;
+        }
+        bypassed
+    }
+}
+
+fn unsynced_stream(c: &CacheStripes, ino: InodeNo) -> bool {
+    c.state().streams.get(&ino).is_some_and(|s| s.unsynced)
+}
+
+#[test]
+fn a_stream_goes_to_the_pfs_without_the_stripe_files() {
+    let r = rig(8 << 20, 64 << 20, 0);
+    let ino = InodeNo(40);
+    r.set_pfs(ino, b"");
+    let mut rng = Rng(40);
+    let bytes = rng.bytes(6 << 20);
+    let bypassed = r.write_req(ino, 0, &bytes, 1 << 20);
+    // The first MiB makes the run; the rest goes to the PFS file.
+    assert_eq!(bypassed, 5 * MIB);
+    assert_eq!(r.stored(ino), vec![(0, MIB)]);
+    assert_eq!(r.c.dirty_bytes(), MIB);
+    assert_eq!(&r.pfs_bytes(ino)[MIB as usize..], &bytes[MIB as usize..]);
+    // Read through the cache: the bypassed bytes come from the PFS file.
+    assert_eq!(r.read(ino, 0, bytes.len()), bytes);
+    r.flush(ino);
+    assert_eq!(r.pfs_bytes(ino), bytes);
+    assert_eq!(r.c.dirty_bytes(), 0);
+}
+
+#[test]
+fn a_write_into_a_streamed_range_wins_in_order() {
+    let r = rig(8 << 20, 64 << 20, 0);
+    let ino = InodeNo(41);
+    r.set_pfs(ino, b"");
+    let mut rng = Rng(41);
+    let mut model = rng.bytes(4 << 20);
+    assert_eq!(r.write_req(ino, 0, &model, 1 << 20), 3 * MIB);
+    // A random write into the bypassed range: absorbed, read back, written behind.
+    let x = rng.bytes(4096);
+    r.write(ino, 2 * MIB + 100, &x);
+    put(&mut model, 2 * MIB + 100, &x);
+    assert_eq!(r.read(ino, 0, model.len()), model);
+    // The stream writes over it again: that range holds dirty bytes, so the write is
+    // absorbed too (a bypass would be overwritten by the older write's write-behind).
+    let b = rng.bytes(1 << 20);
+    assert_eq!(r.write_req(ino, 2 * MIB, &b, 1 << 20), 0);
+    put(&mut model, 2 * MIB, &b);
+    assert_eq!(r.read(ino, 0, model.len()), model);
+    let y = rng.bytes(4096);
+    r.write(ino, MIB + 7, &y);
+    put(&mut model, MIB + 7, &y);
+    r.flush(ino);
+    assert_eq!(r.pfs_bytes(ino), model);
+    assert_eq!(r.read(ino, 0, model.len()), model);
+}
+
+#[test]
+fn a_kill_9_mid_stream_loses_no_acknowledged_byte() {
+    let r = rig(8 << 20, 64 << 20, 0);
+    let ino = InodeNo(42);
+    r.set_pfs(ino, b"");
+    let mut rng = Rng(42);
+    let bytes = rng.bytes(5 << 20);
+    assert_eq!(r.write_req(ino, 0, &bytes, 1 << 20), 4 * MIB);
+    assert!(unsynced_stream(&r.c, ino));
+    // fsync: the bypassed bytes are fdatasynced on the PFS, the absorbed ones logged.
+    r.c.sync(&r.pfs, ino).unwrap();
+    assert!(!unsynced_stream(&r.c, ino));
+    let r = r.restart();
+    assert_eq!(r.read(ino, 0, bytes.len()), bytes);
+    r.c.flush_all(&r.data, &r.pfs).unwrap();
+    assert_eq!(r.pfs_bytes(ino), bytes);
+}
+
+#[test]
+fn truncate_and_delete_end_a_stream() {
+    let r = rig(8 << 20, 64 << 20, 0);
+    let ino = InodeNo(43);
+    r.set_pfs(ino, b"");
+    let mut rng = Rng(43);
+    let mut model = rng.bytes(4 << 20);
+    assert_eq!(r.write_req(ino, 0, &model, 1 << 20), 3 * MIB);
+    // A truncate: the stripes here, then the PFS file (the namespace server's part).
+    r.c.truncate(&r.data, ino, MIB + 5, r.pfs.stripe_size)
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(r.pfs.path(ino))
+        .unwrap()
+        .set_len(MIB + 5)
+        .unwrap();
+    model.truncate((MIB + 5) as usize);
+    // The run is over; the bypassed bytes before the cut are still owed to an fsync.
+    assert!(unsynced_stream(&r.c, ino));
+    // Written on from the cut: a new run, absorbed first, then bypassed.
+    let more = rng.bytes(3 << 20);
+    assert_eq!(r.write_req(ino, MIB + 5, &more, 1 << 20), 2 * MIB);
+    put(&mut model, MIB + 5, &more);
+    assert_eq!(r.read(ino, 0, model.len()), model);
+    r.flush(ino);
+    assert_eq!(r.pfs_bytes(ino), model);
+    // A delete mid-stream drops it whole.
+    assert!(r.write_req(ino, 4 * MIB + 5, &more, 1 << 20) > 0);
+    r.c.delete(&r.data, ino).unwrap();
+    assert!(!r.c.state().streams.contains_key(&ino));
+    assert_eq!(r.c.dirty_bytes(), 0);
+    assert!(r.stored(ino).is_empty());
+}
+
+#[test]
+fn a_stream_the_pfs_refuses_is_absorbed_and_written_behind_later() {
+    let r = rig(8 << 20, 64 << 20, 0);
+    let ino = InodeNo(44);
+    r.set_pfs(ino, b"");
+    let mut rng = Rng(44);
+    let bytes = rng.bytes(4 << 20);
+    // The PFS fails (full, or down): no write is refused, all are absorbed.
+    r.pfs.fail.store(true, Ordering::SeqCst);
+    assert_eq!(r.write_req(ino, 0, &bytes, 1 << 20), 0);
+    assert_eq!(r.c.dirty_bytes(), 4 * MIB);
+    assert_eq!(r.read(ino, 0, bytes.len()), bytes);
+    r.pfs.fail.store(false, Ordering::SeqCst);
+    r.flush(ino);
+    assert_eq!(r.pfs_bytes(ino), bytes);
+}
+
+#[test]
+fn a_flush_asked_for_syncs_bypassed_bytes() {
+    // sync_to_pfs and sync_on_close flush through `flush_inode`: bypassed bytes are
+    // fdatasynced too, even when nothing is dirty.
+    let r = rig(8 << 20, 64 << 20, 0);
+    let ino = InodeNo(45);
+    r.set_pfs(ino, b"");
+    let bytes = Rng(45).bytes(3 << 20);
+    r.write_req(ino, 0, &bytes, 1 << 20);
+    r.flush(ino);
+    assert!(!unsynced_stream(&r.c, ino));
+    r.write_req(ino, 3 * MIB, &bytes, 1 << 20);
+    assert!(unsynced_stream(&r.c, ino));
+    assert_eq!(r.c.dirty_bytes(), 0);
+    r.flush(ino);
+    assert!(!unsynced_stream(&r.c, ino));
+}
+
+#[test]
+fn a_random_writer_is_written_behind_once_it_pauses() {
+    let r = rig(1 << 20, 256 << 20, 0);
+    let ino = InodeNo(46);
+    r.set_pfs(ino, b"");
+    let mut rng = Rng(46);
+    // 1,100 separate 4 KiB writes: more dirty ranges than MANY_RANGES.
+    for i in 0..1100u64 {
+        let b = rng.bytes(4096);
+        r.write(ino, i * 64 * KIB, &b);
+    }
+    let policy = FlushPolicy::default();
+    // Still writing (its last write just now, no fsync): left to the writer.
+    assert_eq!(r.c.flush_pass(&r.data, &r.pfs, &policy).flushed, 0);
+    // Its fsync ends the burst: written behind at the next pass.
+    r.c.sync(&r.pfs, ino).unwrap();
+    assert_eq!(r.c.flush_pass(&r.data, &r.pfs, &policy).flushed, 1);
+    assert_eq!(r.c.dirty_bytes(), 0);
+}
+
+#[test]
+fn the_write_behind_of_a_stream_s_start_does_not_hold_its_bypass_off() {
+    // The run's first MiB is absorbed and written behind at once; writes that land
+    // during that flush are bypassed: a flush that held them off would leave them
+    // dirty for the next, and under a stream the next starts as soon as it ends.
+    let r = rig(8 << 20, 64 << 20, 0);
+    let ino = InodeNo(47);
+    r.set_pfs(ino, b"");
+    let bytes = Rng(47).bytes(3 << 20);
+    assert_eq!(r.write_req(ino, 0, &bytes[..1 << 20], 1 << 20), 0);
+    let (entered_tx, entered) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *r.pfs.gate.lock().unwrap() = Some((entered_tx, go_rx));
+    std::thread::scope(|s| {
+        let h = s.spawn(|| r.c.flush_inode(&r.data, &r.pfs, ino));
+        entered.recv().unwrap();
+        assert_eq!(r.write_req(ino, MIB, &bytes[1 << 20..], 1 << 20), 2 * MIB);
+        go.send(()).unwrap();
+        h.join().unwrap().unwrap();
+    });
+    assert_eq!(r.c.dirty_bytes(), 0);
+    assert_eq!(r.pfs_bytes(ino), bytes);
+    assert_eq!(r.read(ino, 0, bytes.len()), bytes);
 }

@@ -31,6 +31,7 @@ impl CacheStripes {
         }
         let owned = self.own(ino);
         self.block(ino);
+        self.end_stream(ino, &owned, false);
         let r = data.truncate(ino, size, stripe_size);
         let dropped = {
             let mut st = self.state();
@@ -87,6 +88,7 @@ impl CacheStripes {
     pub(crate) fn delete(&self, data: &DataStore, ino: InodeNo) -> StoreResult<()> {
         let owned = self.own(ino);
         self.block(ino);
+        self.end_stream(ino, &owned, true);
         let r = data.delete(ino);
         let dropped = {
             let mut st = self.state();

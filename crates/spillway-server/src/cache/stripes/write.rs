@@ -102,7 +102,7 @@ impl CacheStripes {
                 k.present.add(s, end);
                 k.dirty.add(s, end);
                 let run = k.dirty.iter().find(|&(a, b)| a <= s && end <= b);
-                if run.is_some_and(|(a, b)| b - a >= super::flush::STREAM_RUN) {
+                if run.is_some_and(|(a, b)| b - a >= super::stream::STREAM_RUN) {
                     // A stream: written behind from now on (flush.rs, `streamed`).
                     self.kick.ring();
                 }
@@ -115,6 +115,8 @@ impl CacheStripes {
                 if let Some(t) = &mut inode.times {
                     t.void = true;
                 }
+                inode.last_write = Some(Instant::now());
+                inode.synced_after_write = false;
                 self.append(&mut inode.last_seq, Kind::Dirty, ino, stripe, (s, end))
                     .map_err(|err| {
                         // The range stays dirty here and is written behind, but a
@@ -142,6 +144,26 @@ impl CacheStripes {
 }
 
 impl WriteGuard<'_> {
+    /// The write's inode, stripe and range in it.
+    pub(super) fn span(&self) -> (InodeNo, u64, u64, u64) {
+        (self.ino, self.stripe, self.start, self.end)
+    }
+
+    /// The write went straight to the PFS file (stream.rs): it ends without making
+    /// anything present or dirty here.
+    pub(super) fn bypassed(&mut self) {
+        self.done = true;
+        let mut st = self.c.state();
+        if let Some(k) = st
+            .inodes
+            .get_mut(&self.ino)
+            .and_then(|i| i.stripes.get_mut(&self.stripe))
+        {
+            k.writes.retain(|w| w.0 != self.id);
+        }
+        self.c.changed.notify_all();
+    }
+
     /// The write ended with `outcome` (bytes written from its start, or the error).
     /// An error here (the log append failed) should answer the write with EIO.
     pub(crate) fn finish(mut self, outcome: &StoreResult<u32>) -> StoreResult<()> {
