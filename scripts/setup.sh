@@ -26,6 +26,7 @@ PACKAGES=(
     iproute2 procps psmisc
     python3 python3-pytest python3-hypothesis python3-pytest-timeout
     shellcheck
+    mpich libmpich-dev   # MPI-IO through ROMIO: tests/posix/test_mpi_io.py, bench/shared.sh
     munge libmunge-dev
     # Slurm 22.05 for tests/harness/slurm.py (the tests run their own slurmctld and slurmd):
     # the daemons, the client commands (sbatch, scontrol, squeue, scancel, sinfo) and

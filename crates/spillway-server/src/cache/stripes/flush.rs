@@ -9,8 +9,7 @@
 //! `fdatasync`), so that the next open knows that change for its own (coherence.rs).
 
 use super::logfile::COMPACT_MIN;
-use super::state::{clip, covers, minus, Inode};
-use super::stream::STREAM_RUN;
+use super::state::{clip, covers, minus, Inode, STREAM_RUN};
 use super::{CacheStripes, Owned};
 use crate::cache::coherence::PfsVersion;
 use crate::cache::ranges::RangeSet;
@@ -27,15 +26,6 @@ use std::time::{Duration, Instant};
 /// counts operations, absorbed random writes reach it in fewer of them than the
 /// application made).
 const GAP: u64 = 64 << 10;
-
-/// A file with this many dirty ranges here is written behind as soon as its writer
-/// pauses (`QUIET`, or an fsync after its last write): a PFS counts operations as well
-/// as bytes, and a random writer's backlog in operations grows long before its bytes
-/// reach the threshold or its age the maximum. Not while it writes: a write-behind
-/// under a random writer takes the disk and CPU the writer is absorbed with (on one
-/// machine the application ran at half its speed), and writes fewer, larger merged
-/// ranges once the writer has paused.
-const MANY_RANGES: usize = 1024;
 
 /// How long a random writer has not written when its backlog is written behind.
 const QUIET: Duration = Duration::from_millis(300);
@@ -315,7 +305,7 @@ impl CacheStripes {
                         .is_some_and(|t| now.duration_since(t) >= policy.max_age);
                 let paused = i.synced_after_write
                     || i.last_write.is_some_and(|t| now.duration_since(t) >= QUIET);
-                let busy = streamed(i) || (ranges(i) >= MANY_RANGES && paused);
+                let busy = streamed(i) || (i.many_ranges() && paused);
                 if pressed || old || bytes > policy.modified_threshold || busy {
                     // Recovered first, then oldest first.
                     due.push((!i.recovered, i.dirty_since, ino));
@@ -379,17 +369,6 @@ pub(super) fn streamed(i: &Inode) -> bool {
     i.stripes
         .values()
         .any(|s| s.dirty.iter().any(|(a, b)| b - a >= STREAM_RUN))
-}
-
-/// The inode's dirty ranges here.
-fn ranges(i: &Inode) -> usize {
-    i.stripes.values().map(|s| s.dirty.iter().count()).sum()
-}
-
-/// Whether the inode's writer is a random writer whose backlog is written behind
-/// once it pauses (`MANY_RANGES`).
-pub(super) fn many_ranges(i: &Inode) -> bool {
-    ranges(i) >= MANY_RANGES
 }
 
 /// Whether the inode is waiting out the backoff of a failed flush.

@@ -164,7 +164,7 @@ impl CacheStripes {
                     if !i.synced_after_write && i.last_write.is_some() {
                         // A random writer's burst ends here: its backlog is due now.
                         i.synced_after_write = true;
-                        if super::flush::many_ranges(i) {
+                        if i.many_ranges() {
                             self.kick.ring();
                         }
                     }

@@ -121,7 +121,23 @@ pub(super) struct Inode {
     pub joining: bool,
 }
 
+/// A file with this many dirty ranges here is written behind as soon as its writer
+/// pauses (`QUIET`, or an fsync after its last write): a PFS counts operations as well
+/// as bytes, and a random writer's backlog in operations grows long before its bytes
+/// reach the threshold or its age the maximum. Not while it writes: a write-behind
+/// under a random writer takes the disk and CPU the writer is absorbed with (on one
+/// machine the application ran at half its speed), and writes fewer, larger merged
+/// ranges once the writer has paused.
+pub(super) const MANY_RANGES: usize = 1024;
+
 impl Inode {
+    /// Whether its writer is a random writer whose backlog is written behind once it
+    /// pauses (`MANY_RANGES`, flush.rs).
+    pub(super) fn many_ranges(&self) -> bool {
+        let ranges: usize = self.stripes.values().map(|s| s.dirty.iter().count()).sum();
+        ranges >= MANY_RANGES
+    }
+
     pub(super) fn dirty_bytes(&self) -> u64 {
         self.stripes.values().map(|s| s.dirty.bytes()).sum()
     }
@@ -144,7 +160,7 @@ impl Inode {
 pub(super) struct State {
     pub inodes: HashMap<InodeNo, Inode>,
     /// Sequential writers, per inode (stream.rs).
-    pub streams: HashMap<InodeNo, super::stream::Stream>,
+    pub streams: HashMap<InodeNo, Stream>,
     next_id: u64,
     clock: u64,
 }
@@ -236,4 +252,22 @@ mod tests {
         );
         assert_eq!(clip(&s, 15, 35), vec![(15, 20), (30, 35)]);
     }
+}
+
+/// A run of sequential writes this long (here) makes a stream: its next writes are
+/// bypassed. The same length rings early write-behind for an absorbed run (flush.rs).
+pub(super) const STREAM_RUN: u64 = 1 << 20;
+
+/// One inode's sequential writer here (stream.rs, which keeps its run).
+#[derive(Default)]
+pub(crate) struct Stream {
+    /// The stripe of the run's last write, and where its bytes end there.
+    pub(super) stripe: u64,
+    pub(super) end: u64,
+    /// Bytes in the run.
+    pub(super) run: u64,
+    /// A bypass of this run failed: the run's writes are absorbed.
+    pub(super) off: bool,
+    /// A bypass wrote since the last fdatasync of the PFS file.
+    pub(super) unsynced: bool,
 }

@@ -28,7 +28,7 @@
 //! * Coherence: each bypass keeps the PFS file's version it left, as a write-behind
 //!   does, so the next open knows that change for the cache's own.
 
-use super::state::overlaps;
+use super::state::{overlaps, Stream, STREAM_RUN};
 use super::write::WriteGuard;
 use super::{CacheStripes, Owned};
 use crate::cache::coherence::PfsVersion;
@@ -37,28 +37,10 @@ use crate::error::StoreResult;
 use spillway_types::{InodeNo, Timespec};
 use std::time::Instant;
 
-/// A run of sequential writes this long (here) makes a stream: its next writes are
-/// bypassed. The same length rings early write-behind for an absorbed run (flush.rs).
-pub(super) const STREAM_RUN: u64 = 1 << 20;
-
 /// A write starting this close to where the run ended (before or after it) continues
 /// the run: a client has several writes of a stream in flight, and they may arrive out
 /// of order.
 const SLACK: u64 = 8 << 20;
-
-/// One inode's sequential writer here.
-#[derive(Default)]
-pub(crate) struct Stream {
-    /// The stripe of the run's last write, and where its bytes end there.
-    stripe: u64,
-    end: u64,
-    /// Bytes in the run.
-    run: u64,
-    /// A bypass of this run failed: the run's writes are absorbed.
-    off: bool,
-    /// A bypass wrote since the last fdatasync of `file`.
-    pub(super) unsynced: bool,
-}
 
 impl Stream {
     /// Count the write `[s, e)` of stripe `k`: whether the run it continues was a

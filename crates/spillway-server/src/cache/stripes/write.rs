@@ -102,7 +102,7 @@ impl CacheStripes {
                 k.present.add(s, end);
                 k.dirty.add(s, end);
                 let run = k.dirty.iter().find(|&(a, b)| a <= s && end <= b);
-                if run.is_some_and(|(a, b)| b - a >= super::stream::STREAM_RUN) {
+                if run.is_some_and(|(a, b)| b - a >= super::state::STREAM_RUN) {
                     // A stream: written behind from now on (flush.rs, `streamed`).
                     self.kick.ring();
                 }
