@@ -99,12 +99,29 @@ impl Coherence {
     pub(crate) fn revalidate(&self, i: InodeNo) -> Result<(), Errno> {
         self.push(i)?;
         let attr = self.inst.getattr(i)?;
+        self.adopt(attr);
+        Ok(())
+    }
+
+    /// `revalidate` right after a push that told the home: its reply carries the
+    /// home's version, so no round trip more.
+    pub(crate) fn settle(&self, r: ExtendSizeReply) {
+        let attr = r.attr.clone();
+        self.note_flushed(Some(r));
+        self.adopt(attr);
+    }
+
+    /// The home's attributes `attr` of a file, just fetched: unless they are the
+    /// version the kernel's pages reflect, the pages and attributes go. Either way the
+    /// pages reflect that version from now on.
+    fn adopt(&self, attr: Attr) {
+        let i = attr.ino;
         let stamp = self.stamp(&attr);
         let stale = {
             let mut nodes = self.t.nodes();
             let Some(n) = nodes.get_mut(&i) else {
                 // Not open here and nothing cached by this client.
-                return Ok(());
+                return;
             };
             let stale = n.cached != Some(stamp);
             if stale {
@@ -115,25 +132,6 @@ impl Coherence {
             n.cached = Some(stamp);
             n.attr = attr;
             n.fetched = Some(Instant::now());
-            stale
-        };
-        if stale {
-            self.drop_cached(i);
-        }
-        Ok(())
-    }
-
-    /// `revalidate` right after a push that told the home: its reply carries the
-    /// home's version, so no round trip more.
-    pub(crate) fn settle(&self, r: ExtendSizeReply) {
-        let (i, attr) = (r.attr.ino, r.attr.clone());
-        self.note_flushed(Some(r));
-        let stamp = self.stamp(&attr);
-        let stale = {
-            let mut nodes = self.t.nodes();
-            let Some(n) = nodes.get_mut(&i) else { return };
-            let stale = n.cached != Some(stamp);
-            n.cached = Some(stamp);
             stale
         };
         if stale {
