@@ -9,7 +9,8 @@
 //! fetch never overwrites a write. What a fetch copied is clean and present.
 //!
 //! A read is never refused for want of room. A fetch that finds the fragment full
-//! makes room (room.rs) for the bytes asked, within the room wait; read-ahead does
+//! makes room (room.rs) for the bytes asked, within the room wait (at most 1 s for a
+//! read: `READ_ROOM_WAIT`); read-ahead does
 //! not wait for room. When none could be made (the cache full of data the PFS did not
 //! take in time, or others took each stripe's worth freed first), the bytes asked and
 //! absent are read from the PFS straight into the reply (`ReadGuard::through`), not
@@ -27,6 +28,9 @@ use std::fs::File;
 /// A fetch copies at most this much per piece: a write waits for at most one piece,
 /// and readers of the first bytes are released before the read-ahead is done.
 pub(super) const PIECE: u64 = 4 << 20;
+
+/// The longest a read miss waits for room before it reads through to the PFS.
+const READ_ROOM_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Fetch windows start on a page boundary, so the stripe file gets whole pages.
 const PAGE: u64 = 4096;
@@ -445,7 +449,10 @@ impl CacheStripes {
         };
         // Buffered, not O_DIRECT: what is fetched is read at once (the bytes asked) or
         // soon (the read-ahead), best from the page cache.
-        let deadline = std::time::Instant::now() + self.room_wait();
+        // A reader waits for room at most READ_ROOM_WAIT: whoever keeps the fragment
+        // full of data the PFS does not take (one user of a shared instance) then
+        // slows others' reads by that much, not by the writers' room wait.
+        let deadline = std::time::Instant::now() + self.room_wait().min(READ_ROOM_WAIT);
         loop {
             match data.fill_from(ino, stripe, off, len, file, src, false) {
                 Err(StoreError::Fs(Errno::ENOSPC))

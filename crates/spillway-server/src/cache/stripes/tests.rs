@@ -829,6 +829,43 @@ fn a_read_that_finds_no_room_reads_through_to_the_pfs() {
 }
 
 #[test]
+fn a_cache_kept_full_of_undrainable_data_slows_reads_by_a_second_at_most() {
+    // The attack: one user keeps a shared cache full of dirty data whose write-behind
+    // does not get through (here held on the PFS). Another user's read miss reads
+    // through to the PFS after at most a second of waiting for room, not after the
+    // writers' room wait (20 s by default).
+    let ss = 64 * KIB;
+    let r = rig(ss as u32, 2 * ss, 0);
+    let (a, b) = (InodeNo(80), InodeNo(81));
+    let fb = Rng(81).bytes(ss as usize);
+    r.set_pfs(a, b"");
+    r.set_pfs(b, &fb);
+    r.write(a, 0, &Rng(80).bytes(2 * ss as usize));
+    assert_eq!(r.c.room_wait(), Duration::from_secs(20));
+    let (entered_tx, entered) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *r.pfs.gate.lock().unwrap() = Some((entered_tx, go_rx));
+    /// Lets the held flush go however the read ends.
+    struct Go(mpsc::Sender<()>);
+    impl Drop for Go {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    std::thread::scope(|s| {
+        let h = s.spawn(|| r.c.flush_inode(&r.data, &r.pfs, a));
+        let go = Go(go);
+        entered.recv().unwrap();
+        let t0 = Instant::now();
+        assert!(r.read(b, 0, ss as usize) == fb, "B's bytes");
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(3), "the read waited {took:?}");
+        drop(go);
+        h.join().unwrap().unwrap();
+    });
+}
+
+#[test]
 fn concurrent_read_misses_into_a_full_cache_all_get_their_bytes() {
     // One stripe of room, dirty; eight readers of eight stripes of B at once each
     // need the room the others make: every read returns B's bytes (cached or read
