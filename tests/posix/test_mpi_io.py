@@ -8,14 +8,15 @@ M3/f ...`, so ranks on different mounts write one file at once.
   path on every rank first: a miss another mount just filled must not stick); each
   rank writes its blocks (independent and collective, 1 MiB and 47 KiB), closes, and
   after a barrier every rank reopens the file and checks every rank's bytes.
+* `mpi_shared ... sync`: the same, but every rank keeps the file open and makes the
+  blocks visible with MPI's sync-barrier-sync. ROMIO's MPI_File_sync skips the fsync
+  when its rank wrote nothing since the last one, so the reading rank's second sync
+  reaches no file system: exact only because each writer's sync returns once the homes
+  told the other mounts to drop their cached pages (notices).
 * `mpi_sieve`: interleaved pieces through a strided file view, so that ROMIO writes
   with data sieving (lock, read, patch, write back, unlock) from every mount; rank 0
   checks every byte after the others closed. Exact only if the locks carry the data.
-
-Not here: MPI's sync-barrier-sync through a file kept open. ROMIO's MPI_File_sync
-skips the fsync when its rank wrote nothing since the last one, so the reading rank's
-second sync reaches no file system; it needs the writers' pushes to drop the readers'
-caches themselves (docs/data-plane.md, "Consistency", what is not promised)."""
+"""
 
 import os
 import shutil
@@ -80,6 +81,14 @@ def test_ranks_on_three_mounts_write_one_file_and_read_each_others_blocks(progra
     d = f"shared-{mode}-{block}"
     os.mkdir(os.path.join(three[0], d))
     mpmd(programs["mpi_shared"], three, f"{d}/f", mode, block, 3, "reopen")
+
+
+@pytest.mark.parametrize("mode", ["indep", "coll"])
+@pytest.mark.parametrize("block", [1 << 20, 47 * 1024], ids=["1MiB", "47KiB"])
+def test_sync_barrier_sync_shows_every_rank_s_blocks_through_files_kept_open(programs, three, mode, block):
+    d = f"sync-{mode}-{block}"
+    os.mkdir(os.path.join(three[0], d))
+    mpmd(programs["mpi_shared"], three, f"{d}/f", mode, block, 4, "sync")
 
 
 @pytest.mark.parametrize("piece", [1000, 4096 + 7])

@@ -162,3 +162,92 @@ def test_sync_barrier_sync_shows_every_writers_bytes_to_an_open_reader(two):
     finally:
         os.close(fa)
         os.close(fb)
+
+
+def test_a_reader_that_never_syncs_sees_what_another_mount_fsynced(two):
+    """Issue 31, item 4, as ROMIO does it: MPI_File_sync makes no system call on a rank
+    that wrote nothing since its last sync, so the reader here only reads, through a
+    descriptor it holds open and whose pages its kernel caches. Once the writer's
+    fsync returned, the reader's next read shows the new bytes and the new size: the
+    home told the reader's mount to drop its pages before answering the writer."""
+    a, b = two
+    size = 2 * MiB
+    H.write_file(os.path.join(a, "f"), bytes(size))
+    fb = os.open(os.path.join(b, "f"), os.O_RDONLY)
+    fa = os.open(os.path.join(a, "f"), os.O_RDWR)
+    try:
+        assert H.pread_all(fb, size, 0) == bytes(size)
+        for k in range(4):
+            new = _pattern(100 + k, 200_000)
+            at = k * 450_000
+            os.pwrite(fa, new, at)
+            os.pwrite(fa, b"end%d" % k, size + k * 10)  # the file grows too
+            os.fsync(fa)
+            assert os.pread(fb, len(new), at) == new, f"round {k}: stale bytes"
+            assert os.fstat(fb).st_size == size + k * 10 + 4, f"round {k}: stale size"
+            assert os.pread(fb, 4, size + k * 10) == b"end%d" % k
+            # And the other way round: the reader's pages of the whole file again.
+            assert len(H.pread_all(fb, size + k * 10 + 4, 0)) == size + k * 10 + 4
+    finally:
+        os.close(fa)
+        os.close(fb)
+
+
+def test_a_truncate_on_one_mount_is_seen_by_a_reader_holding_the_file_open(two):
+    """A truncate (SetAttr of the size) is told to the other mounts holding the file
+    open before it returns: the reader's next fstat and read end at the new size."""
+    a, b = two
+    H.write_file(os.path.join(a, "t"), _pattern(7, 1 * MiB))
+    fb = os.open(os.path.join(b, "t"), os.O_RDONLY)
+    try:
+        assert len(H.pread_all(fb, MiB, 0)) == MiB
+        os.truncate(os.path.join(a, "t"), 1000)
+        assert os.fstat(fb).st_size == 1000
+        assert os.pread(fb, 4096, 0) == _pattern(7, 1 * MiB)[:1000]
+    finally:
+        os.close(fb)
+
+
+def test_a_stopped_mount_holding_the_file_delays_its_writer_once(cluster):
+    """A mount that holds a file open but does not answer the home's notices (its
+    client stopped, a node cut off) delays a writer's fsync by `notice_wait` (2 s) once;
+    it is not waited for again until it answers in time, and once running it catches
+    up: its reads show the writer's bytes."""
+    import signal
+
+    mp3 = os.path.join(cluster.dir, "mnt-stopped")
+    cluster.mount(mp3)
+    d = os.path.join(cluster.mnt, f"stopped-{time.monotonic_ns()}")
+    os.mkdir(d)
+    path = os.path.join(d, "f")
+    H.write_file(path, bytes(8192))
+    there = os.path.join(mp3, os.path.basename(d), "f")
+    assert H.poll(lambda: os.path.exists(there), timeout=3)
+    f3 = os.open(there, os.O_RDONLY)
+    pids = H.pids_mentioning(mp3)
+    assert pids, "the third mount's client process"
+    fa = os.open(path, os.O_RDWR)
+    stopped = False
+    try:
+        assert os.pread(f3, 8192, 0) == bytes(8192)
+        for p in pids:
+            os.kill(p, signal.SIGSTOP)
+        stopped = True
+        took = []
+        for k in range(3):
+            t = time.monotonic()
+            os.pwrite(fa, b"w%d" % k, 0)
+            os.fsync(fa)
+            took.append(time.monotonic() - t)
+        assert took[0] >= 1.5, f"the first fsync did not wait for the stopped mount: {took}"
+        assert max(took[1:]) < 1.5, f"a lagging mount was waited for again: {took}"
+    finally:
+        if stopped:
+            for p in pids:
+                os.kill(p, signal.SIGCONT)
+        os.close(fa)
+    try:
+        assert H.poll(lambda: os.pread(f3, 2, 0) == b"w2", timeout=5)
+    finally:
+        os.close(f3)
+        cluster.umount(mp3)

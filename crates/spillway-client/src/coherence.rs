@@ -11,13 +11,16 @@
 //! * when a lock is granted (an unlock first pushes this client's writes of the file
 //!   to the servers), so a read-modify-write under a lock is exact from any number of
 //!   nodes, as NFS gives it;
-//! * at fsync, after pushing this client's writes: MPI's "sync-barrier-sync".
+//! * at fsync, after pushing this client's writes;
+//! * when the home tells that another mount changed a file open here (notices.rs):
+//!   before that mount's close, fsync or unlock returns, so MPI's "sync-barrier-sync"
+//!   holds even where the reading rank's own sync reaches no file system.
 
 use crate::nodes::{Stamp, Tables};
 use crate::root::MountRoot;
 use fuser::Notifier;
 use spillway_stubs::Instance;
-use spillway_types::{Attr, Errno, InodeNo, Timespec};
+use spillway_types::{Attr, Errno, InodeNo, ServerIndex, Timespec};
 use spillway_wire::messages::ExtendSizeReply;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -68,8 +71,12 @@ impl Coherence {
         let mut nodes = self.t.nodes();
         if let Some(n) = nodes.get_mut(&r.attr.ino) {
             n.cached = (n.cached == Some(prior)).then_some(now);
-            n.attr = r.attr;
-            n.fetched = Some(Instant::now());
+            // A notice of a later change may have been acted on while this reply was
+            // on its way: the attributes never go back to an older version.
+            if !older(&r.attr, &n.attr) {
+                n.attr = r.attr;
+                n.fetched = Some(Instant::now());
+            }
         }
     }
 
@@ -78,9 +85,11 @@ impl Coherence {
     pub(crate) fn note_own(&self, a: &Attr) {
         let mut nodes = self.t.nodes();
         if let Some(n) = nodes.get_mut(&a.ino) {
-            n.cached = Some(self.stamp(a));
-            n.attr = a.clone();
-            n.fetched = Some(Instant::now());
+            if !older(a, &n.attr) {
+                n.cached = Some(self.stamp(a));
+                n.attr = a.clone();
+                n.fetched = Some(Instant::now());
+            }
         }
     }
 
@@ -111,18 +120,25 @@ impl Coherence {
         self.adopt(attr);
     }
 
-    /// The home's attributes `attr` of a file, just fetched: unless they are the
-    /// version the kernel's pages reflect, the pages and attributes go. Either way the
-    /// pages reflect that version from now on.
+    /// The home's attributes `attr` of a file, just fetched or told: unless they are
+    /// the version the kernel's pages reflect, the pages and attributes go. Either way
+    /// the pages reflect that version from now on. Attributes older than the ones
+    /// this client holds (a notice overtaken by the reply to this client's own later
+    /// change) stand for those.
     fn adopt(&self, attr: Attr) {
         let i = attr.ino;
-        let stamp = self.stamp(&attr);
         let stale = {
             let mut nodes = self.t.nodes();
             let Some(n) = nodes.get_mut(&i) else {
                 // Not open here and nothing cached by this client.
                 return;
             };
+            let attr = if older(&attr, &n.attr) {
+                n.attr.clone()
+            } else {
+                attr
+            };
+            let stamp = self.stamp(&attr);
             let stale = n.cached != Some(stamp);
             if stale {
                 if let Some(wb) = &n.wb {
@@ -139,6 +155,32 @@ impl Coherence {
         }
     }
 
+    /// The home told that another mount changed a file this mount holds open, to
+    /// `attr` (notices.rs): unless the kernel's pages reflect that version, they go.
+    pub(crate) fn changed_elsewhere(&self, attr: Attr) {
+        self.adopt(attr);
+    }
+
+    /// Every file open here that server `s` is the home of: no longer known to be as
+    /// the kernel caches it (a watch of `s` broke, so changes may have gone untold).
+    pub(crate) fn drop_all_homed_on(&self, s: ServerIndex) {
+        let open: Vec<InodeNo> = {
+            let mut nodes = self.t.nodes();
+            nodes
+                .iter_mut()
+                .filter(|(i, n)| i.home() == s && n.opens > 0)
+                .map(|(i, n)| {
+                    n.cached = None;
+                    n.fetched = None;
+                    *i
+                })
+                .collect()
+        };
+        for i in open {
+            self.drop_cached(i);
+        }
+    }
+
     /// The kernel's pages and attributes of `i` go: the next read asks the servers,
     /// the next stat the home.
     pub(crate) fn drop_cached(&self, i: InodeNo) {
@@ -148,4 +190,10 @@ impl Coherence {
             }
         }
     }
+}
+
+/// Whether attributes `a` of a file are of an older version than `b`: the home sets
+/// ctime to its clock at every change, so the later change has the later ctime.
+fn older(a: &Attr, b: &Attr) -> bool {
+    (a.ctime, a.mtime) < (b.ctime, b.mtime)
 }

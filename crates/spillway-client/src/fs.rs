@@ -31,6 +31,7 @@ use crate::grants::Grants;
 use crate::inval::invalidator;
 use crate::locks::Locks;
 use crate::nodes::Tables;
+use crate::notices::Listeners;
 use crate::root::MountRoot;
 use crate::writeback::Invalidate;
 use attrs::AttrChanges;
@@ -66,6 +67,8 @@ pub struct SpillwayFs {
     t: Arc<Tables>,
     /// What the kernel caches of each file against other clients' changes.
     coherence: Arc<Coherence>,
+    /// The homes' notices of other mounts' changes to files open here (notices.rs).
+    listeners: Arc<Listeners>,
     tun: Tunables,
     notifier: Arc<OnceLock<Notifier>>,
     origin: std::path::PathBuf,
@@ -138,6 +141,7 @@ impl SpillwayFs {
             root.clone(),
         ));
         SpillwayFs {
+            listeners: Listeners::new(inst.clone(), coherence.clone()),
             gate,
             ahead,
             grants: Grants::new(inst.clone(), &tun),

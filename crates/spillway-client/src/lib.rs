@@ -7,6 +7,8 @@
 //! * `nodes`    — what this client knows of inodes and open files.
 //! * `coherence`— what the kernel caches of a file against other clients' changes:
 //!   checked at open, when a lock is granted and at fsync (docs/data-plane.md).
+//! * `notices`  — the homes' notices of other mounts' changes to files open here, each
+//!   dropping what the kernel caches of the file before the writer's fsync returns.
 //! * `writeback`— the per-file write-back buffer (close-to-open: flushed at close/fsync),
 //!   sent through the write stubs (`spillway_stubs::write`).
 //! * `grants`   — the space each server promised this client (write-behind needs it).
@@ -40,6 +42,7 @@ mod inval;
 pub mod locks;
 pub mod mount;
 pub mod nodes;
+mod notices;
 pub mod root;
 pub mod writeback;
 

@@ -562,6 +562,10 @@ impl WriteBack {
                 if meta_durable {
                     st.durable_size = Some(end);
                 }
+                // The other mounts holding the file open drop what they cached of it
+                // before this close or fsync returns (docs/data-plane.md,
+                // "Consistency").
+                self.inst.await_notices(self.ino, &a);
                 Some(a)
             }
             Some(Err(e)) => {

@@ -57,6 +57,7 @@ fn hello(role: Role, instance: u64, credential: Vec<u8>) -> HelloReq {
         instance,
         credential,
         peer_name: "renewal-test".into(),
+        mount: 0,
     }
 }
 

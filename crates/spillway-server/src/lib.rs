@@ -9,6 +9,8 @@
 //! * `data`     — the stripe store (files, index, fd cache).
 //! * `purge`    — the thread deleting the data of purged inodes.
 //! * `locks`    — fcntl/OFD/flock locks of the inodes homed here, per client session.
+//! * `notices`  — which mounts hold the inodes homed here open, and telling them of
+//!   each other's changes.
 //! * `cache`    — cache instances (issue 18; being built): the write-behind log.
 //! * `stage`    — the stage engine: copies between the PFS and instances
 //!   (docs/staging.md).
@@ -27,6 +29,7 @@ mod fragment;
 mod locks;
 mod meta;
 mod names;
+mod notices;
 pub mod options;
 mod purge;
 mod registry;

@@ -55,6 +55,7 @@ fn samples(ino: InodeNo) -> Vec<(u16, Vec<u8>)> {
             instance: 42,
             credential: vec![1],
             peer_name: "x".into(),
+            mount: 0,
         }),
         req(FragmentCreateReq {
             instance: 9,

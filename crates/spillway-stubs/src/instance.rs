@@ -68,6 +68,28 @@ impl Replicas {
     }
 }
 
+/// A random name for a client mount (`HelloReq::mount`): from the kernel's random
+/// source, else from the process's randomly keyed hasher. Never 0 (no mount).
+fn mount_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    let id = match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)) {
+        Ok(()) => u64::from_le_bytes(b),
+        Err(_) => {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos()),
+            );
+            h.finish()
+        }
+    };
+    id.max(1)
+}
+
 /// A read answered this may go to another replica: the server could not be reached
 /// (EIO, ETIMEDOUT from the endpoint) or failed reading its disk (EIO).
 fn replica_down(e: Errno) -> bool {
@@ -130,8 +152,12 @@ impl Instance {
                 r.map_err(|e| tracing::warn!("no shared-memory bulk (no arena: {e})"))
                     .ok()
             });
+        // A client names its mount, so that the homes of the files it holds open tell
+        // it of other mounts' changes (docs/wire-protocol.md, "Notices").
+        let mount = if role == Role::Client { mount_id() } else { 0 };
         let endpoint = |addr: &String, reconnect_window: std::time::Duration| {
-            let hello = HelloReq::new(role, desc.instance, credential.to_vec(), peer_name);
+            let hello =
+                HelloReq::new(role, desc.instance, credential.to_vec(), peer_name).for_mount(mount);
             let ep = Endpoint::new(addr.clone(), hello, tunables.rpc_deadline, reconnect_window);
             // A peer instance serves one stage, which fails as a whole when a
             // server is gone: one reconnect window, not one per call.
@@ -521,19 +547,40 @@ impl Instance {
         self.home(ino)?.call(&ReleaseReq { ino }).map(|_| ())
     }
 
-    /// The new attributes, and the version the file had just before (`ExtendSizeReply`).
+    /// The new attributes, and the version the file had just before (`ExtendSizeReply`),
+    /// once the other mounts holding the file open dropped what they cached of it.
     pub fn extend_size(
         &self,
         ino: InodeNo,
         size: u64,
         touch: bool,
     ) -> Result<ExtendSizeReply, Errno> {
-        self.home(ino)?.call(&ExtendSizeReq {
+        let r = self.home(ino)?.call(&ExtendSizeReq {
             ino,
             size,
             touch,
             sync: false,
-        })
+        })?;
+        self.await_notices(ino, &r);
+        Ok(r)
+    }
+
+    /// Wait until the mounts an ExtendSize's change was told to (`r`) dropped what they
+    /// cached of the file, or the home's `notice_wait` passed. A failure leaves those
+    /// mounts' caches as the home's own wait left them: logged, not the caller's error
+    /// (its change is made).
+    pub fn await_notices(&self, ino: InodeNo, r: &ExtendSizeReply) {
+        if r.notices == 0 {
+            return;
+        }
+        let req = NoticeWaitReq {
+            ino,
+            first: r.notice_first,
+            count: r.notices,
+        };
+        if let Err(e) = self.home(ino).and_then(|h| h.call(&req)) {
+            tracing::debug!(%ino, "waiting for other mounts to drop their caches: {e}");
+        }
     }
 
     /// `extend_size`, started: the caller overlaps it with other calls.

@@ -73,6 +73,11 @@ pub struct Tunables {
     /// before it is answered with what fit, or ENOSPC (docs/cache.md, "Eviction").
     /// Well below `rpc_deadline`: the client waits for the answer.
     pub cache_room_wait: Duration,
+    /// Servers: how long a mount's write, close or fsync waits at most for the other
+    /// mounts holding the file open to drop what they cached of it (docs/data-plane.md,
+    /// "Consistency"). A mount that lets it pass is not waited for again until it
+    /// answers a notice in time.
+    pub notice_wait: Duration,
     /// Clients: `fcntl`/`flock` locks held at the servers and enforced across every
     /// mount (`locks = cluster`, the default), or left to this node's kernel
     /// (`locks = node`: no round trip per lock call, but no exclusion between nodes,
@@ -168,6 +173,7 @@ impl Default for Tunables {
             grant_disk_reserve: 32 << 20,
             grant_idle: Duration::from_secs(2),
             cache_room_wait: Duration::from_secs(20),
+            notice_wait: Duration::from_secs(2),
             cluster_locks: true,
             lock_waiters_per_uid: 64,
             direct_write_min: 256 << 10,
@@ -234,6 +240,7 @@ impl Tunables {
                 "grant_disk_reserve" => self.grant_disk_reserve = num()?,
                 "grant_idle_ms" => self.grant_idle = Duration::from_millis(num()?),
                 "cache_room_wait_ms" => self.cache_room_wait = Duration::from_millis(num()?),
+                "notice_wait_ms" => self.notice_wait = Duration::from_millis(num()?),
                 "locks" => self.cluster_locks = either("cluster", "node")?,
                 "lock_waiters_per_uid" => {
                     self.lock_waiters_per_uid = (num()? as usize).clamp(1, 1 << 20)

@@ -5,6 +5,9 @@
 
 mod attach;
 mod sendq;
+mod watch;
+
+pub use watch::{Notice, Watch, WatchCloser};
 
 use crate::arena::{Arena, ArenaBuf, ArenaLink, Payload};
 use crate::codec::Wire;
@@ -184,33 +187,7 @@ impl Conn {
         hello: &HelloReq,
         timeout: Duration,
     ) -> Result<Arc<Conn>, CallError> {
-        let sockaddr = addr
-            .to_socket_addrs()
-            .map_err(|_| CallError::NotSent)?
-            .next()
-            .ok_or(CallError::NotSent)?;
-        let mut stream =
-            TcpStream::connect_timeout(&sockaddr, timeout).map_err(|_| CallError::NotSent)?;
-        stream.set_nodelay(true).ok();
-        let body = hello.to_bytes();
-        let h = FrameHeader {
-            kind: FrameKind::Request,
-            opcode: HelloReq::OP,
-            id: 0,
-            aux: timeout.as_millis().min(u128::from(u32::MAX)) as u32,
-        };
-        let mut frame = h.encode(body.len()).to_vec();
-        frame.extend_from_slice(&body);
-        stream.write_all(&frame).map_err(|_| CallError::NotSent)?;
-        stream.set_read_timeout(Some(timeout)).ok();
-        let reply = read_frame(&mut stream, 1 << 16)
-            .map_err(|_| CallError::Lost)?
-            .ok_or(CallError::Lost)?;
-        if reply.header.aux != 0 {
-            return Err(CallError::Remote(Errno(reply.header.aux as i32)));
-        }
-        let hello =
-            HelloReply::from_bytes(reply.body()).map_err(|_| CallError::Remote(Errno::EPROTO))?;
+        let (stream, hello) = handshake(addr, hello, timeout)?;
         let read_half = stream.try_clone().map_err(|_| CallError::NotSent)?;
         Ok(Arc::new(Conn {
             writer: Mutex::new(stream),
@@ -475,6 +452,43 @@ impl Conn {
     }
 }
 
+/// Connect to `addr` and make the handshake: the stream (its read timeout still
+/// `timeout`) and the server's answer.
+pub(crate) fn handshake(
+    addr: &str,
+    hello: &HelloReq,
+    timeout: Duration,
+) -> Result<(TcpStream, HelloReply), CallError> {
+    let sockaddr = addr
+        .to_socket_addrs()
+        .map_err(|_| CallError::NotSent)?
+        .next()
+        .ok_or(CallError::NotSent)?;
+    let mut stream =
+        TcpStream::connect_timeout(&sockaddr, timeout).map_err(|_| CallError::NotSent)?;
+    stream.set_nodelay(true).ok();
+    let body = hello.to_bytes();
+    let h = FrameHeader {
+        kind: FrameKind::Request,
+        opcode: HelloReq::OP,
+        id: 0,
+        aux: timeout.as_millis().min(u128::from(u32::MAX)) as u32,
+    };
+    let mut frame = h.encode(body.len()).to_vec();
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).map_err(|_| CallError::NotSent)?;
+    stream.set_read_timeout(Some(timeout)).ok();
+    let reply = read_frame(&mut stream, 1 << 16)
+        .map_err(|_| CallError::Lost)?
+        .ok_or(CallError::Lost)?;
+    if reply.header.aux != 0 {
+        return Err(CallError::Remote(Errno(reply.header.aux as i32)));
+    }
+    let hello =
+        HelloReply::from_bytes(reply.body()).map_err(|_| CallError::Remote(Errno::EPROTO))?;
+    Ok((stream, hello))
+}
+
 /// Where an endpoint gets a fresh credential before it connects: `None` keeps the one
 /// it has. Lets a client follow a capability that is renewed while it runs.
 pub type CredentialSource = Box<dyn Fn() -> Option<Vec<u8>> + Send + Sync>;
@@ -671,6 +685,16 @@ impl Endpoint {
         let conn = self.conn()?;
         let ticket = conn.send_raw(op, body, bulk, self.deadline)?;
         Ok(Sent { conn, ticket })
+    }
+
+    /// The handshake this endpoint makes now (with a fresh credential, if it has a
+    /// source), for a connection of another kind to the same server (`Watch`).
+    pub(crate) fn current_hello(&self) -> HelloReq {
+        let mut guard = self.lock_link();
+        if let Some(fresh) = self.credential_source.as_ref().and_then(|f| f()) {
+            guard.hello.credential = fresh;
+        }
+        guard.hello.clone()
     }
 
     /// Drop the connection (tests; shutdown).
@@ -1027,6 +1051,7 @@ mod tests {
             instance: 0,
             credential: Vec::new(),
             peer_name: "test".into(),
+            mount: 0,
         };
         Endpoint::new(
             format!("127.0.0.1:{port}"),

@@ -3,7 +3,7 @@
 //! ```text
 //! offset size field
 //!      0    4 len        bytes that follow this field (16 + body), 16 ..= MAX_FRAME_LEN
-//!      4    1 kind       1 = request, 2 = reply
+//!      4    1 kind       1 = request, 2 = reply, 3 = notice (server to a watching client)
 //!      5    1 flags      0 (reserved, must be 0)
 //!      6    2 opcode     what the request asks (a reply echoes it)
 //!      8    8 id         chosen by the caller, echoed by the reply
@@ -20,6 +20,9 @@ pub const HEADER_LEN: usize = 20;
 pub enum FrameKind {
     Request = 1,
     Reply = 2,
+    /// Unasked, from a server to a client connection that watches
+    /// (`messages::WatchReq`); answered by a request of the client's.
+    Notice = 3,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +55,7 @@ impl FrameHeader {
         let kind = match rest[0] {
             1 => FrameKind::Request,
             2 => FrameKind::Reply,
+            3 => FrameKind::Notice,
             _ => return Err(bad("unknown frame kind")),
         };
         if rest[1] != 0 {

@@ -30,7 +30,10 @@ mod testkit;
 
 pub use arena::{Arena, ArenaBuf, ArenaLink, ArenaSlice, Payload};
 pub use codec::{Bulk, Dec, Enc, Wire, WireError};
-pub use conn::{ArenaRead, Conn, CredentialSource, Endpoint, OwnedCall, PendingCall, PendingRead};
+pub use conn::{
+    ArenaRead, Conn, CredentialSource, Endpoint, Notice, OwnedCall, PendingCall, PendingRead,
+    Watch, WatchCloser,
+};
 pub use frame::{FrameHeader, FrameKind, HEADER_LEN};
 pub use messages::*;
 

@@ -131,6 +131,10 @@ wire_struct!(HelloReq {
     credential: Vec<u8>,
     /// Free text for the server's log (hostname, pid).
     peer_name: String,
+    /// The client mount this connection belongs to (random, chosen at mount; 0: none):
+    /// the home tells a mount of other mounts' changes to the files it holds open, on
+    /// the connection that mount watches with (`WatchReq`).
+    mount: u64,
 });
 impl HelloReq {
     /// The one way to say hello: this build's protocol version as both ends of the
@@ -148,7 +152,14 @@ impl HelloReq {
             instance,
             credential,
             peer_name: peer_name.into(),
+            mount: 0,
         }
+    }
+
+    /// The hello of a connection of client mount `mount` (`HelloReq::mount`).
+    pub fn for_mount(mut self, mount: u64) -> Self {
+        self.mount = mount;
+        self
     }
 
     /// The role asked for; `None` for a byte this build does not know.
@@ -243,6 +254,11 @@ wire_struct!(ExtendSizeReply {
     prior_size: u64,
     prior_mtime: Timespec,
     prior_ctime: Timespec,
+    /// Other mounts holding the file open were sent `ChangedNotice`, ids
+    /// `notice_first ..` (`notices` of them, those the home waits for): the writer
+    /// waits for their answers (`NoticeWaitReq`) before its close or fsync returns.
+    notice_first: u64,
+    notices: u32,
 });
 impl ExtendSizeReply {
     /// The reply for a change from `before` to `attr`.
@@ -252,6 +268,8 @@ impl ExtendSizeReply {
             prior_mtime: before.mtime,
             prior_ctime: before.ctime,
             attr,
+            notice_first: 0,
+            notices: 0,
         }
     }
 }
@@ -408,6 +426,35 @@ wire_struct!(StatFsReply {
     inodes: u64
 });
 wire_struct!(SyncMetaReq {});
+
+// ---- notices (docs/wire-protocol.md, "Notices") -------------------------------------
+wire_struct!(
+    /// This connection receives the notices for its mount (`HelloReq::mount`, not 0):
+    /// the home sends them as frames of kind `Notice`.
+    WatchReq {}
+);
+wire_struct!(
+    /// The notice `id` was acted on: what this mount's kernel cached of the file is gone.
+    NoticeDoneReq { id: u64 }
+);
+wire_struct!(
+    /// Wait until the mounts sent notices `first ..` (`count`, from an
+    /// `ExtendSizeReply`) answered, or the server's `notice_wait` since they were sent
+    /// passed.
+    NoticeWaitReq {
+        ino: InodeNo,
+        first: u64,
+        count: u32,
+    }
+);
+/// The opcode of `ChangedNotice` frames.
+pub const NOTICE_CHANGED: u16 = 140;
+wire_struct!(
+    /// Another mount changed a file this mount holds open: its attributes now. The
+    /// mount drops its kernel's pages and attributes of the file unless they reflect
+    /// this version, then answers `NoticeDoneReq` with the frame's id.
+    ChangedNotice { attr: Attr }
+);
 wire_struct!(
     /// This fragment's usage counters (libdatawarp's accounting). Counters run from the
     /// server's start; `max_used` is the most data stored at once since then.
@@ -1110,6 +1157,9 @@ calls! {
     118 CacheRemoveReq -> RemoveEntryReply, false;
     119 CacheRenameReq -> RenameReply, false;
     120 CacheTimesReq -> Empty, true;
+    130 WatchReq -> Empty, true;
+    131 NoticeDoneReq -> Empty, true;
+    132 NoticeWaitReq -> Empty, true;
 }
 
 impl Call for WriteReq {

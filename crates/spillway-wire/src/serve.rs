@@ -79,6 +79,50 @@ pub trait Service: Send + Sync + 'static {
     }
     /// The connection is gone and no request of it is still running.
     fn closed(&self, session: &Self::Session);
+
+    /// After a successful handshake: how to send notices on the session's connection,
+    /// kept by sessions that watch (`WatchReq`).
+    fn attached(&self, _session: &Self::Session, _pusher: Pusher) {}
+}
+
+/// Sends unasked frames (kind `Notice`) on one connection, between its replies.
+#[derive(Clone)]
+pub struct Pusher {
+    w: Arc<Mutex<TcpStream>>,
+}
+
+impl Pusher {
+    /// A notice frame: opcode, the id its answer names, and the message. A send the
+    /// connection does not take within its send timeout (`limit_sends`) closes the
+    /// connection: part of a frame may have left, and nothing could follow it.
+    pub fn notice<W: Wire>(&self, opcode: u16, id: u64, msg: &W) -> std::io::Result<()> {
+        let body = msg.to_bytes();
+        let head = FrameHeader {
+            kind: FrameKind::Notice,
+            opcode,
+            id,
+            aux: 0,
+        }
+        .encode(body.len());
+        let mut s = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        write_parts(&mut *s, &[&head, &body]).map_err(|(e, _)| {
+            let _ = s.shutdown(Shutdown::Both);
+            e
+        })
+    }
+
+    /// Every write on the connection (notices and replies) gives up after `d`: a
+    /// client that stops reading its notices cannot hold the sender.
+    pub fn limit_sends(&self, d: Duration) -> std::io::Result<()> {
+        let s = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        s.set_write_timeout(Some(d))
+    }
+
+    /// Close the connection (a watch replaced by a newer one of the same mount).
+    pub fn close(&self) {
+        let s = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = s.shutdown(Shutdown::Both);
+    }
 }
 
 struct SessionGuard<S: Service> {
@@ -369,6 +413,7 @@ fn connection<S: Service>(
     let _ = stream.set_read_timeout(None);
     // Authenticated: no longer counted against the peer's handshakes.
     drop(admitted);
+    service.attached(&session, Pusher { w: writer.clone() });
     let guard = Arc::new(SessionGuard {
         service: service.clone(),
         session,

@@ -29,6 +29,7 @@ pub(crate) fn hello() -> HelloReq {
         instance: 0,
         credential: Vec::new(),
         peer_name: "test".into(),
+        mount: 0,
     }
 }
 

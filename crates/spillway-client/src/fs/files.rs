@@ -70,6 +70,10 @@ impl SpillwayFs {
         opened: Option<Attr>,
     ) -> R<(u64, FopenFlags)> {
         let created = opened.is_some();
+        // Told of other mounts' changes from before the open on (notices.rs). A file
+        // just created here has no pages yet to go stale: listening from now is soon
+        // enough for it.
+        self.listeners.ensure(i.home());
         let attr = match opened {
             Some(a) => a,
             None => self.inst.open(i, flags).map_err(gone)?,

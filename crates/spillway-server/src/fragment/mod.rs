@@ -77,6 +77,8 @@ pub(crate) struct Fragment {
     cache_room_wait: Duration,
     /// Locks of the inodes homed here (crate::locks), held for client sessions.
     pub locks: crate::locks::LockTable,
+    /// Which mounts hold the inodes homed here open, and their watches (crate::notices).
+    pub notices: crate::notices::Notices,
     /// Set once the fragment is a cache of a PFS directory (cache.rs).
     cache: std::sync::OnceLock<cache::CacheState>,
     open_pfs_dir: cache::PfsDirOpener,
@@ -188,6 +190,7 @@ impl Fragment {
             pfs_roots: env.tunables.pfs_roots.clone(),
             cache_room_wait: t.cache_room_wait,
             locks: crate::locks::LockTable::default(),
+            notices: crate::notices::Notices::new(t.notice_wait),
             cache: std::sync::OnceLock::new(),
             open_pfs_dir: env.open_pfs_dir,
             ldbal: AtomicBool::new(replicas::marked(dir)),

@@ -17,8 +17,8 @@ use spillway_types::{Errno, FileKind, Timespec};
 use spillway_wire::serve::Reply;
 use spillway_wire::{
     AttrReply, BytesReply, CacheAccessReply, CacheDropReply, CacheInodeReply, CacheResolveReply,
-    CacheStatusReply, Empty, ExtendSizeReply, InsertEntryReply, LookupReply, NamesReply,
-    ReadArenaReply, ReadDirReply, RemoveEntryReply, Request, StatFsReply, StripeInfoReply,
+    CacheStatusReply, Empty, InsertEntryReply, LookupReply, NamesReply, ReadArenaReply,
+    ReadDirReply, RemoveEntryReply, Request, StatFsReply, StripeInfoReply,
 };
 use std::time::Instant;
 
@@ -48,6 +48,9 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
         | Request::StageCancelReq(_)
         | Request::StageForgetReq(_) => return Err(fs(Errno::EPERM)),
         // ---- metadata: the PFS directory's, on the namespace server
+        n @ (Request::WatchReq(_) | Request::NoticeDoneReq(_) | Request::NoticeWaitReq(_)) => {
+            super::notices::notice_request(s, n)?
+        }
         Request::LookupReq(r) => Reply::of(&LookupReply::from(ns()?.lookup(r.parent, &r.name)?)),
         Request::GetAttrReq(r) => attr(ns()?.get_attr(r.ino)?),
         Request::SetAttrReq(r) => {
@@ -55,7 +58,8 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 ns()?.get_attr(r.ino)?;
                 return Err(fs(Errno::EINVAL));
             }
-            attr(set_attr(s, c, ns()?, &AttrChange::from(&r), r.ino)?)
+            let a = set_attr(s, c, ns()?, &AttrChange::from(&r), r.ino)?;
+            attr(super::notices::size_told(s, &r, a))
         }
         Request::CreateReq(r) => {
             let open = r.open;
@@ -164,7 +168,7 @@ pub(super) fn instance(s: &InstanceSession, c: &CacheState, req: Request) -> Sto
                 // A write after times were set voids them (stripes/mtime.rs).
                 f.cache_written(c, r.ino, a.mtime);
             }
-            Reply::of(&ExtendSizeReply::of(before, a))
+            Reply::of(&super::notices::extended(s, before, a))
         }
         Request::SetLayoutReq(r) => {
             c.resolver.forget(r.ino);

@@ -4,13 +4,14 @@
 use crate::error::{fs, StoreResult};
 use crate::registry::Registry;
 use crate::service::metadata;
+use crate::service::notices::{extended, notice_request, size_told};
 use crate::service::session::InstanceSession;
 use crate::stage::Stages;
 use spillway_types::Errno;
 use spillway_wire::serve::Reply;
 use spillway_wire::{
-    AttrReply, BytesReply, Empty, ExtendSizeReply, FragmentListReply, LookupReply, NamesReply,
-    ReadArenaReply, ReadDirReply, Request, StatFsReply, StripeInfoReply,
+    AttrReply, BytesReply, Empty, FragmentListReply, LookupReply, NamesReply, ReadArenaReply,
+    ReadDirReply, Request, StatFsReply, StripeInfoReply,
 };
 use std::time::Instant;
 
@@ -68,7 +69,7 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
             f.index(),
         )?)),
         Request::GetAttrReq(r) => attr(f.meta.get_attr(r.ino)?),
-        Request::SetAttrReq(r) => attr(metadata::set_attr(s, &r)?),
+        Request::SetAttrReq(r) => attr(size_told(s, &r, metadata::set_attr(s, &r)?)),
         Request::CreateReq(r) => attr(metadata::create(s, r)?),
         Request::RemoveEntryReq(r) => Reply::of(&metadata::remove_entry(s, &r)?),
         Request::InsertEntryReq(r) => Reply::of(&metadata::insert_entry(s, &r)?),
@@ -83,6 +84,9 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
             r.max,
             r.plus.then(|| f.index()),
         )?)),
+        n @ (Request::WatchReq(_) | Request::NoticeDoneReq(_) | Request::NoticeWaitReq(_)) => {
+            notice_request(s, n)?
+        }
         Request::OpenReq(r) => attr(s.open(r.ino)?),
         Request::ReleaseReq(r) => {
             s.release(r.ino);
@@ -93,7 +97,7 @@ pub(super) fn instance(s: &InstanceSession, req: Request) -> StoreResult<Reply> 
             if r.sync {
                 f.meta.sync()?;
             }
-            Reply::of(&ExtendSizeReply::of(before, a))
+            Reply::of(&extended(s, before, a))
         }
         Request::SetLayoutReq(r) => {
             attr(

@@ -6,11 +6,13 @@
 //! * `cache`    — the requests of a fragment that caches a PFS directory.
 //! * `metadata` — the metadata handlers that turn flag words into store arguments.
 //! * `convert`  — wire metadata messages to and from the metadata store's types.
+//! * `notices`  — change notices to other mounts: the requests, and the changes told.
 
 mod cache;
 mod convert;
 mod dispatch;
 mod metadata;
+mod notices;
 mod readonly;
 mod session;
 
@@ -20,7 +22,7 @@ use crate::stage::Stages;
 use session::{InstanceSession, Session};
 use spillway_types::{capability, Errno};
 use spillway_wire::messages::*;
-use spillway_wire::serve::{Reply, Service};
+use spillway_wire::serve::{Pusher, Reply, Service};
 use spillway_wire::{Call, Wire, PROTOCOL_VERSION};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -152,7 +154,11 @@ impl Service for SpillwayService {
                 };
                 Ok((
                     reply,
-                    Session::Instance(InstanceSession::new(fragment, role == Role::Peer)),
+                    Session::Instance(InstanceSession::new(
+                        fragment,
+                        role == Role::Peer,
+                        req.mount,
+                    )),
                 ))
             }
         }
@@ -221,6 +227,12 @@ impl Service for SpillwayService {
                 | LockRenewReq::OP
                 | GrantReleaseReq::OP
         )
+    }
+
+    fn attached(&self, session: &Session, pusher: Pusher) {
+        if let Session::Instance(s) = session {
+            let _ = s.pusher.set(pusher);
+        }
     }
 
     fn closed(&self, session: &Session) {

@@ -75,6 +75,7 @@ pub fn hello(role: impl Into<u8>, instance: u64, credential: &[u8]) -> HelloReq 
         instance,
         credential: credential.to_vec(),
         peer_name: "test".into(),
+        mount: 0,
     }
 }
 
