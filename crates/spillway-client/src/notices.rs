@@ -136,15 +136,15 @@ fn listen(me: Weak<Listeners>, s: ServerIndex, mut w: Watching) {
 /// Every file open here that `s` is the home of is dropped from the kernel's cache,
 /// as changes made meanwhile were not told.
 fn rewatch(me: &Weak<Listeners>, s: ServerIndex) -> Option<Watching> {
+    me.upgrade()?.coherence.drop_all_homed_on(s);
     let mut pause = Duration::from_millis(50);
     loop {
         let l = me.upgrade()?;
-        l.coherence.drop_all_homed_on(s);
         match l.inst.watch(s) {
             Ok(w) => {
                 let closer = w.closer().ok();
                 l.servers().insert(s, State::Listening(closer));
-                // Changes made while the new watch was being set up.
+                // Changes made while the new watch was being made were not told.
                 l.coherence.drop_all_homed_on(s);
                 return Some(w);
             }

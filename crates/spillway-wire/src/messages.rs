@@ -120,22 +120,47 @@ wire_struct!(
 );
 
 // ---- connection -------------------------------------------------------------------
-wire_struct!(HelloReq {
-    version_min: u16,
-    version_max: u16,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelloReq {
+    pub version_min: u16,
+    pub version_max: u16,
     /// A `Role`, kept as its byte: an unknown role is the server's to refuse (EINVAL,
     /// docs/wire-protocol.md), not an undecodable hello (EPROTO). Read it with
     /// `role()`.
-    role: u8,
-    instance: u64,
-    credential: Vec<u8>,
+    pub role: u8,
+    pub instance: u64,
+    pub credential: Vec<u8>,
     /// Free text for the server's log (hostname, pid).
-    peer_name: String,
+    pub peer_name: String,
     /// The client mount this connection belongs to (random, chosen at mount; 0: none):
     /// the home tells a mount of other mounts' changes to the files it holds open, on
-    /// the connection that mount watches with (`WatchReq`).
-    mount: u64,
-});
+    /// the connection that mount watches with (`WatchReq`). The last field, and
+    /// optional: a hello that ends before it names no mount (tools that speak the
+    /// protocol themselves, and clients built before it).
+    pub mount: u64,
+}
+impl Wire for HelloReq {
+    fn enc(&self, e: &mut crate::codec::Enc) {
+        self.version_min.enc(e);
+        self.version_max.enc(e);
+        self.role.enc(e);
+        self.instance.enc(e);
+        self.credential.enc(e);
+        self.peer_name.enc(e);
+        self.mount.enc(e);
+    }
+    fn dec(d: &mut Dec<'_>) -> Result<Self, WireError> {
+        Ok(HelloReq {
+            version_min: u16::dec(d)?,
+            version_max: u16::dec(d)?,
+            role: u8::dec(d)?,
+            instance: u64::dec(d)?,
+            credential: Vec::<u8>::dec(d)?,
+            peer_name: String::dec(d)?,
+            mount: if d.remaining() == 0 { 0 } else { u64::dec(d)? },
+        })
+    }
+}
 impl HelloReq {
     /// The one way to say hello: this build's protocol version as both ends of the
     /// range, so every client, peer and admin connection offers the same versions.
@@ -1264,6 +1289,19 @@ mod tests {
         ev.state = 9;
         let back = StageFileEvent::from_bytes(&ev.to_bytes()).unwrap();
         assert_eq!(back.file_state(), None);
+    }
+
+    #[test]
+    fn a_hello_names_its_mount_or_ends_before_it() {
+        let hello = HelloReq::new(Role::Client, 5, b"c".to_vec(), "t").for_mount(0xfeed);
+        let bytes = hello.to_bytes();
+        assert_eq!(HelloReq::from_bytes(&bytes).unwrap(), hello);
+        // Without the last field: no mount (tools and older clients).
+        let short = HelloReq::from_bytes(&bytes[..bytes.len() - 8]).unwrap();
+        assert_eq!(short.mount, 0);
+        assert_eq!(short.peer_name, "t");
+        // A part of one is not a mount.
+        assert!(HelloReq::from_bytes(&bytes[..bytes.len() - 3]).is_err());
     }
 
     #[test]
