@@ -10,6 +10,7 @@
 #   BENCH_RESULTS=FILE    append one result line per figure (bench/all.sh uses it)
 #   BENCH_TUNABLES=FILE   a tunables file for the clusters' servers and mounts
 #                         (`spillway cluster up --tunables`), to compare settings
+#   BENCH_SERVERS=N       servers of the benchmarks' clusters (default 2)
 
 # shellcheck source-path=SCRIPTDIR source=../scripts/lib/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../scripts/lib/common.sh"
@@ -17,7 +18,7 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../scripts/lib/common.sh"
 BENCH_REPS="${BENCH_REPS:-3}"
 BENCH_RAW_ONLY="${BENCH_RAW_ONLY:-0}"
 BENCH_WORK="${BENCH_WORK:-/var/tmp/spillway-bench}"
-BENCH_SERVERS=2
+BENCH_SERVERS="${BENCH_SERVERS:-2}"
 
 # Directories the exit trap cleans: clusters to stop, loop mounts to unmount, paths to remove.
 BENCH_CLUSTERS=()
