@@ -251,3 +251,41 @@ def test_a_stopped_mount_holding_the_file_delays_its_writer_once(cluster):
     finally:
         os.close(f3)
         cluster.umount(mp3)
+
+
+def test_a_reader_holding_a_file_open_across_a_server_restart_is_told_again(request, spillway_bin):
+    """The servers restart (their sessions, and the opens they held, are gone) while a
+    mount holds a file open. Once its watch is back the mount opens the file again at
+    its home, so a later write and fsync on another mount still reaches the reader's
+    open descriptor without a call of its own."""
+    c = H.Cluster(spillway_bin, "restartnotice", servers=2, capacity="1G", stripe_size="64K")
+    failed_before = request.session.testsfailed
+    try:
+        c.up()
+        m2 = os.path.join(c.dir, "mnt2")
+        c.mount(m2)
+        H.write_file(os.path.join(c.mnt, "f"), bytes(256 * 1024))
+        fb = os.open(os.path.join(m2, "f"), os.O_RDONLY)
+        try:
+            assert H.pread_all(fb, 256 * 1024, 0) == bytes(256 * 1024)
+            for i in range(2):
+                c.kill_server(i)
+            for i in range(2):
+                c.start_server(i)
+            # The reader's pages again, fetched after the restart.
+            assert H.poll(lambda: os.pread(fb, 4096, 0) == bytes(4096), timeout=20)
+            fa = os.open(os.path.join(c.mnt, "f"), os.O_RDWR)
+            try:
+                for k in range(3):
+                    new = _pattern(50 + k, 100_000)
+                    os.pwrite(fa, new, k * 10_000)
+                    os.fsync(fa)
+                    assert os.pread(fb, len(new), k * 10_000) == new, f"round {k}: stale after the restart"
+            finally:
+                os.close(fa)
+        finally:
+            os.close(fb)
+        c.umount(m2)
+    finally:
+        logs = H.kept_logs_dir(c.dir) if request.session.testsfailed > failed_before else None
+        c.teardown(keep_logs_to=logs)

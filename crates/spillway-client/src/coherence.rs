@@ -181,6 +181,25 @@ impl Coherence {
         }
     }
 
+    /// The files open here that server `s` is the home of whose opens its session
+    /// `session` does not hold (it is a newer one: the server forgot them), with how
+    /// many opens each.
+    pub(crate) fn opens_forgotten_by(&self, s: ServerIndex, session: u64) -> Vec<(InodeNo, u32)> {
+        self.t
+            .nodes()
+            .iter()
+            .filter(|(i, n)| i.home() == s && n.opens > 0 && n.open_session != session)
+            .map(|(i, n)| (*i, n.opens))
+            .collect()
+    }
+
+    /// The opens of `i` here are held by the home's session `session` again.
+    pub(crate) fn opens_held_by(&self, i: InodeNo, session: u64) {
+        if let Some(n) = self.t.nodes().get_mut(&i) {
+            n.open_session = session;
+        }
+    }
+
     /// The kernel's pages and attributes of `i` go: the next read asks the servers,
     /// the next stat the home.
     pub(crate) fn drop_cached(&self, i: InodeNo) {

@@ -42,6 +42,10 @@ pub struct Node {
     /// after our own change (whose reply carried the new attributes) would cost a
     /// round trip per file created.
     pub fetched: Option<std::time::Instant>,
+    /// The session at the home that holds this client's opens of the file
+    /// (`Instance::session_at`): after the home forgot them (a restart), they are
+    /// opened again there (notices.rs), so the home tells this mount of changes again.
+    pub open_session: u64,
 }
 
 impl Node {
@@ -57,6 +61,7 @@ impl Node {
             default_acl: None,
             access_acl: None,
             fetched: None,
+            open_session: 0,
         }
     }
 }

@@ -84,6 +84,27 @@ impl Listeners {
     }
 }
 
+impl Listeners {
+    /// After a watch of server `s` broke: if the server forgot this mount's opens of
+    /// the files it is the home of (a restart, a broken connection: no open survives
+    /// its session), open them again there, so that it tells this mount of their
+    /// changes again (and does not purge one that is unlinked but still open here).
+    fn reopen(&self, s: ServerIndex) {
+        let Ok(now) = self.inst.session_at(s) else {
+            return;
+        };
+        for (i, opens) in self.coherence.opens_forgotten_by(s, now) {
+            let again = (0..opens).try_for_each(|_| self.inst.open(i, 0).map(|_| ()));
+            match again {
+                Ok(()) => self.coherence.opens_held_by(i, now),
+                Err(e) => {
+                    tracing::info!(%i, "an open file could not be opened again at its home: {e}")
+                }
+            }
+        }
+    }
+}
+
 impl Drop for Listeners {
     /// The mount is gone: its watches close, and their threads end.
     fn drop(&mut self) {
@@ -144,6 +165,7 @@ fn rewatch(me: &Weak<Listeners>, s: ServerIndex) -> Option<Watching> {
             Ok(w) => {
                 let closer = w.closer().ok();
                 l.servers().insert(s, State::Listening(closer));
+                l.reopen(s);
                 // Changes made while the new watch was being made were not told.
                 l.coherence.drop_all_homed_on(s);
                 return Some(w);

@@ -63,6 +63,13 @@ impl Watching {
 }
 
 impl Instance {
+    /// The session at server `i` that calls made now land on (connecting if needed):
+    /// a different one than before means the server forgot what the older held (its
+    /// opens), as after a restart.
+    pub fn session_at(&self, i: ServerIndex) -> Result<u64, Errno> {
+        self.server(i)?.session().map_err(|e| e.errno())
+    }
+
     /// A watching connection to server `i`, made as this instance's connections are
     /// (its mount, a fresh credential).
     pub fn watch(&self, i: ServerIndex) -> Result<Watching, Errno> {

@@ -509,6 +509,9 @@ pub struct Endpoint {
     down_since: Mutex<Option<Instant>>,
     /// Offered to every connection made (used where the server is on this host).
     arena: Option<Arc<Arena>>,
+    /// Connections made so far: a server session (its opens, its locks) lives as long
+    /// as one connection, so a caller compares this to know its session is the same.
+    made: AtomicU64,
 }
 
 /// The connection and the handshake that makes it, under one lock: a connection is
@@ -534,6 +537,7 @@ impl Endpoint {
             give_up: None,
             down_since: Mutex::new(None),
             arena: None,
+            made: AtomicU64::new(0),
         }
     }
 
@@ -637,6 +641,7 @@ impl Endpoint {
                         }
                     }
                     guard.conn = Some(c.clone());
+                    self.made.fetch_add(1, Ordering::SeqCst);
                     return Ok(c);
                 }
                 Err(CallError::Remote(e)) => return Err(CallError::Remote(e)),
@@ -685,6 +690,13 @@ impl Endpoint {
         let conn = self.conn()?;
         let ticket = conn.send_raw(op, body, bulk, self.deadline)?;
         Ok(Sent { conn, ticket })
+    }
+
+    /// Which of this endpoint's connections (so which server session) a call made now
+    /// lands on: connects first if there is none or it broke.
+    pub fn session(&self) -> Result<u64, CallError> {
+        self.conn()?;
+        Ok(self.made.load(Ordering::SeqCst))
     }
 
     /// The handshake this endpoint makes now (with a fresh credential, if it has a

@@ -78,6 +78,9 @@ impl SpillwayFs {
             Some(a) => a,
             None => self.inst.open(i, flags).map_err(gone)?,
         };
+        // The home's session now holding this open (notices.rs: opened again there if
+        // the home forgets it).
+        let session = self.inst.session_at(i.home()).unwrap_or(0);
         let stamp = self.stamp(&attr);
         let (keep, stale) = {
             let mut nodes = self.t.nodes();
@@ -88,6 +91,7 @@ impl SpillwayFs {
             node.cached = Some(stamp);
             node.attr = attr.clone();
             node.opens += 1;
+            node.open_session = session;
             match &node.wb {
                 None => {
                     node.wb = Some(Arc::new(WriteBack::new(
