@@ -155,6 +155,14 @@ impl Notices {
         let sent = {
             let mut g = self.lock();
             let g = &mut *g;
+            // A file no other mount holds open (the common case) costs one lookup.
+            if !g
+                .holders
+                .get(&attr.ino)
+                .is_some_and(|h| h.keys().any(|&m| m != by))
+            {
+                return Sent::default();
+            }
             // Answers nobody waited for long enough to matter are forgotten.
             let stale = self.wait * 2;
             g.pending.retain(|_, p| now.duration_since(p.sent) < stale);
