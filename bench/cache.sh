@@ -161,6 +161,19 @@ pfs_read_mib() {
 }
 
 
+# cpu_median SECONDS...: their median, or - when one of them is unknown (-: the
+# cluster's processes were not found, e.g. a SPILLWAY_BIN not named spillway).
+cpu_median() {
+    local v
+    for v in "$@"; do
+        if [[ $v == - ]]; then
+            echo -
+            return
+        fi
+    done
+    fmt "$(median "$@")" 2
+}
+
 # elapsed T0: seconds since EPOCHREALTIME T0.
 elapsed() { fmt "$(calc "$EPOCHREALTIME - $1")" 2; }
 
@@ -435,7 +448,7 @@ PFS_R="$(fmt "$(median "${pfs_r[@]}")" 0)"
 CACHE_R=-
 if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
     CACHE_R="$(fmt "$(median "${cache_r[@]}")" 0)"
-    info "median: pfs directly $PFS_R MiB/s, cache $CACHE_R MiB/s (CPU $(fmt "$(median "${cache_r_cpu[@]}")" 2) s/GiB)"
+    info "median: pfs directly $PFS_R MiB/s, cache $CACHE_R MiB/s (CPU $(cpu_median "${cache_r_cpu[@]}") s/GiB)"
 fi
 fi
 
@@ -473,7 +486,7 @@ CACHE_W=- CACHE_WP=-
 if [[ "$BENCH_RAW_ONLY" != 1 ]]; then
     CACHE_W="$(fmt "$(median "${cache_w[@]}")" 0)"
     CACHE_WP="$(fmt "$(median "${cache_wp[@]}")" 0)"
-    info "median: pfs directly $PFS_W IOPS, cache $CACHE_W IOPS at the application, $CACHE_WP counted to the PFS (CPU $(fmt "$(median "${cache_cpu[@]}")" 2) s per run)"
+    info "median: pfs directly $PFS_W IOPS, cache $CACHE_W IOPS at the application, $CACHE_WP counted to the PFS (CPU $(cpu_median "${cache_cpu[@]}") s per run)"
 fi
 fi
 

@@ -198,6 +198,37 @@ def test_a_write_by_another_user_clears_setuid_and_setgid(fs_root, user, user2):
 
 
 @pytest.mark.needs_root
+def test_truncate_and_chown_clear_setuid_as_the_kernel_would(fs_root, user, user2):
+    """The kernel leaves clearing setuid and setgid on truncate and chown to the file
+    system (FUSE_HANDLE_KILLPRIV_V2): a truncate by a user clears them (setgid only
+    with group execute), root's keeps them; a chown clears them for anyone."""
+    d = _user_dir(fs_root, user, mode=0o777)
+    f = p(d, "f")
+    user.run(create_file, f, b"data", 0o644)
+    user.run(os.chmod, f, 0o6777)
+    user2.run(os.truncate, f, 2)  # through a path
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o777
+    user.run(os.chmod, f, 0o6767)
+    user2.run(_open_truncating, f)  # open(O_TRUNC)
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o2767, "setgid without group execute stays"
+    user.run(os.chmod, f, 0o6755)
+    os.truncate(f, 1)  # root (CAP_FSETID) keeps them
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o6755
+    os.chown(f, user2.uid, -1)
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o755, "a chown clears both, even root's"
+    assert os.stat(f).st_uid == user2.uid
+    sub = p(d, "sub")
+    user.run(os.mkdir, sub)
+    user.run(os.chmod, sub, 0o2775)
+    os.chown(sub, user2.uid, -1)
+    assert stat.S_IMODE(os.stat(sub).st_mode) == 0o2775, "a directory keeps setgid"
+
+
+def _open_truncating(path):
+    os.close(os.open(path, os.O_WRONLY | os.O_TRUNC))
+
+
+@pytest.mark.needs_root
 def test_chown_by_non_owner_eperm(fs_root, user, user2):
     d = _user_dir(fs_root, user, mode=0o777)
     user.run(create_file, p(d, "f"), b"x", 0o666)

@@ -44,6 +44,7 @@ use fuser::{
 use lookup::gone;
 use spillway_stubs::Instance;
 use spillway_types::{Errno, InodeNo, Tunables};
+use spillway_wire::messages::{setattr, SetAttrReq};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -84,6 +85,9 @@ pub struct SpillwayFs {
     /// to apply. Otherwise they are refused with EOPNOTSUPP rather than stored and not
     /// enforced.
     acl: bool,
+    /// The kernel leaves clearing setuid and setgid on write, truncate and chown to us
+    /// (it granted FUSE_HANDLE_KILLPRIV_V2; fs/session.rs).
+    killpriv: bool,
     /// Opens that write a file from the start go around the page cache (the
     /// `direct_writes` tunable, and the kernel allows shared mappings of them).
     direct_writes: bool,
@@ -156,6 +160,7 @@ impl SpillwayFs {
             control,
             root,
             acl: false,
+            killpriv: false,
             direct_writes,
         }
     }
@@ -233,7 +238,7 @@ impl Filesystem for SpillwayFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         i: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -258,7 +263,11 @@ impl Filesystem for SpillwayFs {
             mtime,
             ctime,
         };
-        let r = self.changing(self.do_setattr(self.ino(i), changes.request(self.ino(i))));
+        let mut sa = changes.request(self.ino(i));
+        if self.killpriv {
+            sa.valid |= kill_on_setattr(&sa, req.uid());
+        }
+        let r = self.changing(self.do_setattr(self.ino(i), sa));
         self.reply_attr(reply, r.map_err(gone));
     }
 
@@ -623,4 +632,47 @@ impl Filesystem for SpillwayFs {
 /// Attribute and entry lifetimes as the kernel wants them.
 pub fn ttl(ms: u64) -> Duration {
     Duration::from_millis(ms)
+}
+
+/// The privilege bits a SETATTR must clear when the kernel leaves that to us
+/// (FUSE_HANDLE_KILLPRIV_V2): a chown of a non-directory always (the home leaves
+/// directories alone), a truncate by a caller without CAP_FSETID. FUSE does not tell
+/// us the caller's capabilities on a SETATTR (its `FATTR_KILL_SUIDGID` bit does not
+/// reach us through fuser), so a caller other than root counts as without it, as
+/// before: the kernel cleared those bits for such a caller itself.
+fn kill_on_setattr(req: &SetAttrReq, caller: u32) -> u32 {
+    let chown = req.valid & (setattr::UID | setattr::GID) != 0;
+    let truncate = req.valid & setattr::SIZE != 0 && caller != 0;
+    if chown || truncate {
+        setattr::KILL_SUIDGID
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kill_on_setattr;
+    use spillway_types::InodeNo;
+    use spillway_wire::messages::{setattr, SetAttrReq};
+
+    fn req(valid: u32) -> SetAttrReq {
+        SetAttrReq {
+            valid,
+            ..SetAttrReq::of(InodeNo(7))
+        }
+    }
+
+    /// With FUSE_HANDLE_KILLPRIV_V2 a chown clears the bits for anyone, a truncate for
+    /// callers other than root; a chmod or a time change never.
+    #[test]
+    fn chown_always_and_truncate_by_others_clear_setuid() {
+        let kill = setattr::KILL_SUIDGID;
+        assert_eq!(kill_on_setattr(&req(setattr::UID), 0), kill);
+        assert_eq!(kill_on_setattr(&req(setattr::GID), 1000), kill);
+        assert_eq!(kill_on_setattr(&req(setattr::SIZE), 1000), kill);
+        assert_eq!(kill_on_setattr(&req(setattr::SIZE), 0), 0);
+        assert_eq!(kill_on_setattr(&req(setattr::MODE), 1000), 0);
+        assert_eq!(kill_on_setattr(&req(setattr::MTIME_NOW), 1000), 0);
+    }
 }

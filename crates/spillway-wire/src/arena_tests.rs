@@ -165,6 +165,11 @@ fn a_write_dropped_unwaited_keeps_its_slot_until_the_server_lets_go() {
     let p = slot_with(&ep, 9);
     let call = OwnedCall::queue(&ep, &write_req(0), p);
     assert_eq!(arena.free_slots(), 1);
+    // Queued: the server has it once the sending thread wrote it (and it is slow to
+    // answer).
+    wait_for("the server has the write", || {
+        sink.calls.load(std::sync::atomic::Ordering::SeqCst) == 1
+    });
     drop(call);
     assert_eq!(
         arena.free_slots(),

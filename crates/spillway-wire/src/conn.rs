@@ -239,6 +239,13 @@ impl Conn {
     }
 
     /// Write one frame under the writer lock; Err(bytes that left) when it failed.
+    /// Write the parts of several frames at once (the send queue's batches): how many
+    /// bytes left before a failure.
+    pub(crate) fn write_parts(&self, parts: &[&[u8]]) -> Result<(), usize> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        crate::frame::write_parts(&mut *w, parts).map_err(|(_, sent)| sent)
+    }
+
     pub(crate) fn write_frame(&self, head: &[u8], body: &[u8], bulk: &[u8]) -> Result<(), usize> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         sendq::write_locked(&mut w, head, body, bulk)
@@ -896,7 +903,8 @@ impl<C: Call> OwnedCall<C> {
 
     /// Start `req` with `bulk` on `ep`, queued for the connection's sending thread
     /// (sendq.rs): this returns before the bytes are on the socket (write-behind).
-    /// Bulk that goes through the arena is sent at once: its frame is a few bytes.
+    /// Bulk that goes through the arena is queued the same way (its frame is a few
+    /// bytes, but sending it costs the server's side of loopback TCP too).
     pub fn queue(ep: &Arc<Endpoint>, req: &C, bulk: impl Into<Payload>) -> OwnedCall<C> {
         Self::begin(ep, req, bulk.into(), true)
     }
@@ -989,10 +997,12 @@ fn send_owned<C: Call>(
             twin.extend_from_slice(body);
             twin.extend_from_slice(&b.offset().to_le_bytes());
             twin.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            let sent = conn
-                .send_raw(op, &twin, &[], ep.deadline)
-                .map(|ticket| Sent { conn, ticket });
-            return (sent, Some(link));
+            let sent = if queued {
+                conn.send_queued(op, twin, Arc::new(Payload::default()), ep.deadline)
+            } else {
+                conn.send_raw(op, &twin, &[], ep.deadline)
+            };
+            return (sent.map(|ticket| Sent { conn, ticket }), Some(link));
         }
     }
     let sent = if queued {

@@ -85,6 +85,12 @@ pub mod setattr {
     /// Data up to `size` was written (a stage-in): the size becomes at least `size`,
     /// and nothing is cut. Saves the stage a separate ExtendSize.
     pub const SIZE_WRITTEN: u32 = 512;
+    /// Clear the set-user-ID bit, and the set-group-ID bit where group execute is set,
+    /// from the mode the file has when the home applies the request (after any MODE
+    /// in it): a chown of a non-directory, or a truncate or write by a caller without
+    /// CAP_FSETID (the kernel's FUSE_HANDLE_KILLPRIV_V2 leaves this to the file
+    /// system). Decided at the home, so a concurrent chmod cannot be undone by it.
+    pub const KILL_SUIDGID: u32 = 1024;
 }
 
 /// `RenameReq::flags` (the Linux renameat2 values).

@@ -26,11 +26,13 @@ impl SpillwayFs {
         self.inst.read(&layout, i, offset, size, fsize)
     }
 
-    /// A write through a descriptor that goes around the page cache (`direct_writes`)
-    /// by a caller without CAP_FSETID: the kernel leaves the setuid and setgid bits to
-    /// us (`FUSE_WRITE_KILL_SUIDGID`) where it clears them itself before a cached
-    /// write. As the kernel does: setuid goes, setgid only with group execute (without
-    /// it the bit marks mandatory locking, not privilege). The kernel's cached
+    /// A write by a caller without CAP_FSETID (`FUSE_WRITE_KILL_SUIDGID`): the kernel
+    /// leaves the setuid and setgid bits to us, on a descriptor that goes around the
+    /// page cache (`direct_writes`) and, with FUSE_HANDLE_KILLPRIV_V2 (fs/session.rs),
+    /// on every write. As the kernel does: setuid goes, setgid only with group execute
+    /// (without it the bit marks mandatory locking, not privilege). Judged on this
+    /// mount's cached mode, as the kernel judged on its own; the home clears the bits
+    /// from the mode the file has then (`setattr::KILL_SUIDGID`). The kernel's cached
     /// attributes are dropped so that a stat right after shows the new mode.
     pub(super) fn kill_privs(&self, i: InodeNo) -> R<()> {
         let Some(attr) = self.t.attr(i) else {
@@ -44,8 +46,7 @@ impl SpillwayFs {
             return Ok(());
         }
         let mut req = SetAttrReq::of(i);
-        req.valid = setattr::MODE;
-        req.mode = attr.mode & 0o7777 & !kill;
+        req.valid = setattr::KILL_SUIDGID;
         // The same path as a chmod through the mount (fs/attrs.rs).
         let attr = self.do_setattr(i, req)?;
         self.t.remember(&attr, false);

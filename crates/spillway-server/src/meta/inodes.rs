@@ -39,6 +39,9 @@ fn apply_setattr(a: &mut Attr, ch: &AttrChange, now: Timespec) -> StoreResult<()
     if let Some(gid) = ch.gid {
         a.gid = gid;
     }
+    if ch.kill_suidgid && a.kind != FileKind::Directory {
+        a.mode &= !super::privilege_bits(a.mode);
+    }
     let time = |t: TimeChange| match t {
         TimeChange::Now => now,
         TimeChange::At(t) => t,

@@ -349,6 +349,40 @@ fn setattr_applies_valid_bits_only() {
     assert_eq!(errno(m.set_attr(InodeNo(12345), &size)), Errno::ENOENT);
 }
 
+/// `KILL_SUIDGID` takes setuid, and setgid only with group execute, from the mode the
+/// file has at the home (after a mode in the same change); directories keep theirs.
+#[test]
+fn kill_suidgid_clears_privilege_bits_of_files_only() {
+    let (_d, m) = store();
+    let a = create(&m, ROOT_INODE, "f", FileKind::Regular).unwrap();
+    let kill = AttrChange {
+        kill_suidgid: true,
+        ..AttrChange::default()
+    };
+    let mode = |mode| AttrChange {
+        mode: Some(mode),
+        ..AttrChange::default()
+    };
+    for (before, after) in [
+        (0o6755, 0o0755),
+        (0o6745, 0o2745), // setgid without group execute: mandatory locking, kept
+        (0o4700, 0o0700),
+        (0o0755, 0o0755),
+    ] {
+        m.set_attr(a.ino, &mode(before)).unwrap();
+        assert_eq!(m.set_attr(a.ino, &kill).unwrap().mode, after, "{before:o}");
+    }
+    let both = AttrChange {
+        mode: Some(0o6777),
+        kill_suidgid: true,
+        ..AttrChange::default()
+    };
+    assert_eq!(m.set_attr(a.ino, &both).unwrap().mode, 0o777);
+    let d = create(&m, ROOT_INODE, "d", FileKind::Directory).unwrap();
+    m.set_attr(d.ino, &mode(0o2775)).unwrap();
+    assert_eq!(m.set_attr(d.ino, &kill).unwrap().mode, 0o2775);
+}
+
 #[test]
 fn link_counts_sizes_and_dir_touch() {
     let (_d, m) = store();

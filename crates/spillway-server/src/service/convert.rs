@@ -24,7 +24,8 @@ const SETATTR_KNOWN: u32 = setattr::MODE
     | setattr::ATIME_NOW
     | setattr::MTIME_NOW
     | setattr::CTIME
-    | setattr::SIZE_WRITTEN;
+    | setattr::SIZE_WRITTEN
+    | setattr::KILL_SUIDGID;
 
 /// Whether a SetAttr carries bits this server does not know: such a request is refused
 /// whole rather than half applied.
@@ -63,6 +64,7 @@ impl From<&SetAttrReq> for AttrChange {
             atime: time(setattr::ATIME_NOW, setattr::ATIME, r.atime),
             mtime: time(setattr::MTIME_NOW, setattr::MTIME, r.mtime),
             ctime: has(setattr::CTIME).then_some(r.ctime),
+            kill_suidgid: has(setattr::KILL_SUIDGID),
         }
     }
 }
@@ -225,6 +227,11 @@ mod tests {
             )
         );
         assert!(AttrChange::from(&SetAttrReq::of(InodeNo(3))).is_empty());
+        let kill = SetAttrReq {
+            valid: setattr::KILL_SUIDGID,
+            ..SetAttrReq::of(InodeNo(3))
+        };
+        assert!(AttrChange::from(&kill).kill_suidgid);
         assert!(!setattr_has_unknown_bits(SETATTR_KNOWN));
         assert!(setattr_has_unknown_bits(1 << 20));
     }

@@ -438,6 +438,15 @@ impl PfsNamespace {
         if let Some(mode) = ch.mode {
             sys::chmod_fd(&o.fd, mode & 0o7777)?;
         }
+        // Made as root, the chown and truncate below kept what the PFS would have
+        // cleared for the caller: the mode is read again and the bits cleared here.
+        if ch.kill_suidgid && kind != FileKind::Directory {
+            let mode = sys::fstat(&o.fd)?.st_mode & 0o7777;
+            let kill = crate::meta::privilege_bits(mode);
+            if kill != 0 {
+                sys::chmod_fd(&o.fd, mode & !kill)?;
+            }
+        }
         if let Some(size) = ch.size {
             let target = match size {
                 SizeChange::Set(n) => Some(n),

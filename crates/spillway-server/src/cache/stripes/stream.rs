@@ -163,6 +163,7 @@ impl CacheStripes {
             .ok_or(fs(Errno::EFBIG))?;
         let f = pfs.open_write(ino)?.ok_or(fs(Errno::ENOENT))?;
         f.write_all_at(bytes, at)?;
+        start_write_out(&f, at, bytes.len());
         Ok(PfsVersion::of_file(&f).ok())
     }
 
@@ -208,5 +209,29 @@ impl CacheStripes {
                 st.streams.remove(&ino);
             }
         }
+    }
+}
+
+/// Start the write-out of `[at, at + len)` of the PFS file to its device without waiting
+/// for it (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): a stream's bytes head for the PFS
+/// as they pass, rather than sitting dirty in the server's page cache until the
+/// writer's fsync (or the kernel's dirty expiry) writes them all at once. On a host with
+/// much memory a whole stream fits under the dirty limit, and the PFS then starts its
+/// work only at the fsync: started now, it runs while the stream is still arriving. It
+/// also bounds what a host crash could lose of a stream to what is still in flight. A
+/// failure here is no failure of the write (the bytes are written; fsync still syncs
+/// them): only logged.
+fn start_write_out(f: &std::fs::File, at: u64, len: usize) {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(n)) = (libc::off64_t::try_from(at), libc::off64_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a plain system call on a descriptor this function borrows for its duration.
+    let r = unsafe { libc::sync_file_range(f.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE) };
+    if r != 0 {
+        tracing::debug!(
+            "sync_file_range of a stream's write: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
