@@ -634,12 +634,12 @@ pub fn ttl(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
 
-/// The privilege bits a SETATTR must clear when the kernel leaves that to us
-/// (FUSE_HANDLE_KILLPRIV_V2): a chown of a non-directory always (the home leaves
-/// directories alone), a truncate by a caller without CAP_FSETID. FUSE does not tell
-/// us the caller's capabilities on a SETATTR (its `FATTR_KILL_SUIDGID` bit does not
-/// reach us through fuser), so a caller other than root counts as without it, as
-/// before: the kernel cleared those bits for such a caller itself.
+/// `setattr::KILL_SUIDGID` when a SETATTR must clear setuid and setgid, the kernel
+/// leaving that to us (FUSE_HANDLE_KILLPRIV_V2): a chown of a non-directory always (the
+/// home leaves directories alone), a truncate by a caller without CAP_FSETID; else 0.
+/// The kernel's `FATTR_KILL_SUIDGID`, which says which, does not reach us through
+/// fuser, so a caller other than root counts as without CAP_FSETID (a root process
+/// that dropped it keeps the bits through a truncate).
 fn kill_on_setattr(req: &SetAttrReq, caller: u32) -> u32 {
     let chown = req.valid & (setattr::UID | setattr::GID) != 0;
     let truncate = req.valid & setattr::SIZE != 0 && caller != 0;
