@@ -200,6 +200,11 @@ impl Tables {
         self.nodes().get(&ino).map(|n| n.attr.clone())
     }
 
+    /// The cached mode of `ino` (what `attr` gives, without copying the rest).
+    pub fn mode(&self, ino: InodeNo) -> Option<u32> {
+        self.nodes().get(&ino).map(|n| n.attr.mode)
+    }
+
     pub fn writeback(&self, ino: InodeNo) -> Option<Arc<WriteBack>> {
         self.nodes().get(&ino).and_then(|n| n.wb.clone())
     }

@@ -2,6 +2,18 @@
 
 use crate::ids::InodeNo;
 
+/// The privilege bits a write, truncate or chown takes from `mode`, as the kernel's
+/// `file_remove_privs` does: set-user-ID, and set-group-ID only with group execute
+/// (without it the bit marks mandatory locking, not privilege). The client judges by it
+/// whether to ask, the home (and a cache's PFS namespace) clears them by it.
+pub fn privilege_bits(mode: u32) -> u32 {
+    let mut kill = mode & libc::S_ISUID;
+    if mode & libc::S_IXGRP != 0 {
+        kill |= mode & libc::S_ISGID;
+    }
+    kill
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum FileKind {

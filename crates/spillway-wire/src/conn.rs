@@ -247,8 +247,7 @@ impl Conn {
     }
 
     pub(crate) fn write_frame(&self, head: &[u8], body: &[u8], bulk: &[u8]) -> Result<(), usize> {
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        sendq::write_locked(&mut w, head, body, bulk)
+        self.write_parts(&[head, body, bulk])
     }
 
     /// Whether call `id` still waits for its reply (not answered, not failed).

@@ -35,14 +35,11 @@ impl SpillwayFs {
     /// from the mode the file has then (`setattr::KILL_SUIDGID`). The kernel's cached
     /// attributes are dropped so that a stat right after shows the new mode.
     pub(super) fn kill_privs(&self, i: InodeNo) -> R<()> {
-        let Some(attr) = self.t.attr(i) else {
+        // Asked before every write by a user: the cached mode alone, no copy of the rest.
+        let Some(mode) = self.t.mode(i) else {
             return Ok(());
         };
-        let mut kill = attr.mode & libc::S_ISUID;
-        if attr.mode & libc::S_IXGRP != 0 {
-            kill |= attr.mode & libc::S_ISGID;
-        }
-        if kill == 0 {
+        if spillway_types::attr::privilege_bits(mode) == 0 {
             return Ok(());
         }
         let mut req = SetAttrReq::of(i);

@@ -40,7 +40,7 @@ fn apply_setattr(a: &mut Attr, ch: &AttrChange, now: Timespec) -> StoreResult<()
         a.gid = gid;
     }
     if ch.kill_suidgid && a.kind != FileKind::Directory {
-        a.mode &= !super::privilege_bits(a.mode);
+        a.mode &= !spillway_types::attr::privilege_bits(a.mode);
     }
     let time = |t: TimeChange| match t {
         TimeChange::Now => now,

@@ -25,8 +25,8 @@ pub(crate) use namespace::Home;
 pub(crate) use purges::PurgeRecord;
 pub(crate) use schema::RootSpec;
 pub(crate) use types::{
-    privilege_bits, AttrChange, DirPage, Entry, Expect, Found, NamedEntry, NewNode, RenameMode,
-    Renamed, SizeChange, TimeChange, XattrMode,
+    AttrChange, DirPage, Entry, Expect, Found, NamedEntry, NewNode, RenameMode, Renamed,
+    SizeChange, TimeChange, XattrMode,
 };
 
 use crate::error::{fs, StoreError, StoreResult};

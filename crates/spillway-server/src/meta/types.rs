@@ -164,14 +164,3 @@ impl AttrChange {
         *self == AttrChange::default()
     }
 }
-
-/// The privilege bits a write, truncate or chown takes from `mode`, as the kernel's
-/// `file_remove_privs` does: set-user-ID, and set-group-ID only with group execute
-/// (without it the bit marks mandatory locking, not privilege).
-pub(crate) fn privilege_bits(mode: u32) -> u32 {
-    let mut kill = mode & 0o4000;
-    if mode & 0o010 != 0 {
-        kill |= mode & 0o2000;
-    }
-    kill
-}

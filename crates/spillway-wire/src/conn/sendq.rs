@@ -20,7 +20,7 @@
 
 use super::{CallError, Conn};
 use crate::arena::Payload;
-use crate::frame::{write_parts, HEADER_LEN};
+use crate::frame::HEADER_LEN;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::sync::{Arc, Weak};
 
@@ -97,16 +97,6 @@ fn send_batch(conn: &Conn, batch: &[Queued]) {
         }
         start = end;
     }
-}
-
-/// A frame's parts written under the connection's writer lock, as `send_raw` writes.
-pub(crate) fn write_locked(
-    w: &mut std::net::TcpStream,
-    head: &[u8],
-    body: &[u8],
-    bulk: &[u8],
-) -> Result<(), usize> {
-    write_parts(w, &[head, body, bulk]).map_err(|(_, sent)| sent)
 }
 
 #[cfg(test)]

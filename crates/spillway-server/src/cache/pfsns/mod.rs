@@ -442,7 +442,7 @@ impl PfsNamespace {
         // cleared for the caller: the mode is read again and the bits cleared here.
         if ch.kill_suidgid && kind != FileKind::Directory {
             let mode = sys::fstat(&o.fd)?.st_mode & 0o7777;
-            let kill = crate::meta::privilege_bits(mode);
+            let kill = spillway_types::attr::privilege_bits(mode);
             if kill != 0 {
                 sys::chmod_fd(&o.fd, mode & !kill)?;
             }
